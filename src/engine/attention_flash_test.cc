@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -51,6 +52,52 @@ double LseRatio(const std::vector<float>& got, const std::vector<double>& truth,
   return worst;
 }
 
+// Checks one case forward and backward; returns the worst error / tolerance ratio.
+double CheckCase(const AttentionCase& c) {
+  const AttentionShape& s = c.shape;
+  AttentionTruth t;
+  testing::ComputeTruth(c, /*with_backward=*/true, t);
+  const testing::Layout lay = c.q.layout;
+  Tensor4<float> out, dq, dk, dv;
+  out.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
+  dq.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
+  dk.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
+  dv.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
+  // Poison the outputs: the kernels must overwrite every element.
+  for (auto* g : {&out, &dq, &dk, &dv}) std::fill(g->data.begin(), g->data.end(), NAN);
+  std::vector<float> lse(s.batch * s.heads_q * s.len_q), dsink(s.heads_q, NAN);
+  EXPECT_TRUE(
+      AttentionForwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(), out.view, lse).ok());
+  EXPECT_TRUE(AttentionBackwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(),
+                                     out.cview(), lse, c.dout.cview(), dq.view, dk.view, dv.view,
+                                     dsink)
+                  .ok());
+  const double tol = kC * kU * t.kappa;
+  double worst = BoundRatio(out, t.out, t.m_out, tol);
+  EXPECT_LE(worst, 1.0) << "out";
+  if (c.params.softmax != SoftmaxKind::kSigmoid) {
+    const double lr = LseRatio(lse, t.lse, tol);
+    EXPECT_LE(lr, 1.0) << "lse";
+    worst = std::max(worst, lr);
+  }
+  // The backward reads the forward's fp32 output and lse, one more fp32 stage: 2x the bound.
+  const double rq = BoundRatio(dq, t.dq, t.m_dq, 2 * tol);
+  const double rk = BoundRatio(dk, t.dk, t.m_dk, 2 * tol);
+  const double rv = BoundRatio(dv, t.dv, t.m_dv, 2 * tol);
+  EXPECT_LE(rq, 1.0) << "dq";
+  EXPECT_LE(rk, 1.0) << "dk";
+  EXPECT_LE(rv, 1.0) << "dv";
+  worst = std::max({worst, rq, rk, rv});
+  if (c.params.softmax == SoftmaxKind::kSinkLogit) {
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const double r = std::abs(dsink[h] - t.d_sink[h]) / (2 * tol * t.m_sink[h] + 1e-30);
+      EXPECT_LE(r, 1.0) << "d_sink[" << h << "] = " << dsink[h] << " vs " << t.d_sink[h];
+      worst = std::max(worst, r);
+    }
+  }
+  return worst;
+}
+
 TEST(AttentionFlash, ForwardMatchesReferenceOnRandomConfigs) {
   std::mt19937_64 rng(SeedFromEnv(1234));
   double worst = 0;
@@ -79,6 +126,78 @@ TEST(AttentionFlash, ForwardMatchesReferenceOnRandomConfigs) {
     }
   }
   std::printf("%d configurations; worst error / tolerance = %.3f\n", trials, worst);
+}
+
+TEST(AttentionFlash, ForwardAndBackwardMatchReferenceOnRandomConfigs) {
+  std::mt19937_64 rng(SeedFromEnv(4321));
+  double worst = 0;
+  const int trials = TrialsFromEnv(220);
+  for (int trial = 0; trial < trials; ++trial) {
+    AttentionCase c;
+    testing::MakeRandomCase(rng, c, /*max_work=*/2e6);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.Describe());
+    worst = std::max(worst, CheckCase(c));
+  }
+  std::printf("%d configurations; worst error / tolerance = %.3f\n", trials, worst);
+}
+
+// Every combination of mask features x softmax variant x GQA ratio, at lengths and a head_dim
+// that divide no tile (97 queries, 113 keys, head_dim 59), so each feature meets each other.
+TEST(AttentionFlash, EveryMaskAndVariantCombination) {
+  std::mt19937_64 rng(77);
+  double worst = 0;
+  int count = 0;
+  for (int causal = 0; causal < 2; ++causal)
+  for (int window = 0; window < 3; ++window)
+  for (int64_t n_sink : {0, 2})
+  for (int first = 0; first < 2; ++first)
+  for (int expl = 0; expl < 2; ++expl)
+  for (int variant = 0; variant < 4; ++variant)
+  for (int64_t ratio : {1, 4}) {
+    AttentionCase c;
+    c.shape = AttentionShape{1, ratio, 1, 97, 113, 59};
+    AttentionMask& m = c.params.mask;
+    m.causal = causal;
+    if (window == 1) m.window_left = 30;
+    if (window == 2) m.window_left = 30, m.window_right = causal ? -1 : 5;
+    m.n_sink = n_sink;
+    m.mask_first_key = first;
+    c.params.softmax = static_cast<SoftmaxKind>(variant);
+    if (expl) testing::AddRandomExplicitMask(rng, c);
+    testing::FillCase(rng, c, testing::Layout::kTokenMajor);
+    SCOPED_TRACE(c.Describe());
+    worst = std::max(worst, CheckCase(c));
+    ++count;
+  }
+  std::printf("%d combinations; worst error / tolerance = %.3f\n", count, worst);
+}
+
+// Same inputs, same thread count: bit-identical results (no atomics, fixed reduction order).
+TEST(AttentionFlash, IsBitReproducible) {
+  std::mt19937_64 rng(99);
+  AttentionCase c;
+  testing::MakeRandomCase(rng, c, 2e6);
+  const AttentionShape& s = c.shape;
+  auto run = [&](std::vector<float>& o, std::vector<float>& g) {
+    Tensor4<float> out, dq, dk, dv;
+    out.Init(s.batch, s.heads_q, s.len_q, s.head_dim, c.q.layout);
+    dq.Init(s.batch, s.heads_q, s.len_q, s.head_dim, c.q.layout);
+    dk.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, c.q.layout);
+    dv.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, c.q.layout);
+    std::vector<float> lse(s.batch * s.heads_q * s.len_q), dsink(s.heads_q);
+    ASSERT_TRUE(AttentionForwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(), out.view, lse).ok());
+    ASSERT_TRUE(AttentionBackwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(),
+                                       out.cview(), lse, c.dout.cview(), dq.view, dk.view, dv.view, dsink).ok());
+    o = out.data;
+    g = dq.data;
+    g.insert(g.end(), dk.data.begin(), dk.data.end());
+    g.insert(g.end(), dv.data.begin(), dv.data.end());
+  };
+  std::vector<float> o1, g1, o2, g2;
+  run(o1, g1);
+  run(o2, g2);
+  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)));
 }
 
 }  // namespace

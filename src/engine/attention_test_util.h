@@ -128,6 +128,50 @@ inline int64_t Pick(std::mt19937_64& rng, std::initializer_list<int64_t> xs) {
   return *(xs.begin() + d(rng));
 }
 
+// Allocates and fills q, k, v, dout (N(0,1), q times logit_scale), the sink logits (uniform in
+// [-10, 10]) and the sigmoid bias (-log len_k) for the shape and softmax already set in c.
+inline void FillCase(std::mt19937_64& rng, AttentionCase& c, Layout lay) {
+  const AttentionShape& s = c.shape;
+  if (c.params.softmax == SoftmaxKind::kSinkLogit) {
+    std::uniform_real_distribution<float> sd(-10, 10);
+    c.sinks.resize(s.heads_q);
+    for (auto& x : c.sinks) x = sd(rng);
+    c.params.sink_logits = c.sinks;
+  }
+  if (c.params.softmax == SoftmaxKind::kSigmoid) {
+    c.params.sigmoid_bias = -std::log(static_cast<float>(s.len_k));
+  }
+  c.q.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
+  c.k.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
+  c.v.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
+  c.dout.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
+  std::normal_distribution<float> nd(0, 1);
+  const float qs = static_cast<float>(c.logit_scale);
+  c.q.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.q.at(b, h, t, d) = nd(rng) * qs; });
+  c.k.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.k.at(b, h, t, d) = nd(rng); });
+  c.v.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.v.at(b, h, t, d) = nd(rng); });
+  c.dout.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.dout.at(b, h, t, d) = nd(rng); });
+}
+
+// A random explicit mask (one per batch and head, ~30% invisible, ~10% fully masked rows).
+inline void AddRandomExplicitMask(std::mt19937_64& rng, AttentionCase& c) {
+  std::uniform_real_distribution<double> u01(0, 1);
+  const AttentionShape& s = c.shape;
+  const int64_t per_head = s.len_q * s.len_k;
+  c.mask_bytes.resize(s.batch * s.heads_q * per_head);
+  for (auto& x : c.mask_bytes) x = u01(rng) < 0.7;
+  for (int64_t r = 0; r < s.batch * s.heads_q * s.len_q; ++r) {
+    if (u01(rng) < 0.1) std::fill_n(c.mask_bytes.begin() + r * s.len_k, s.len_k, 0);
+  }
+  ExplicitMask e;
+  e.data = c.mask_bytes.data();
+  e.size = static_cast<int64_t>(c.mask_bytes.size());
+  e.stride_row = s.len_k;
+  e.stride_head = per_head;
+  e.stride_batch = s.heads_q * per_head;
+  c.params.mask.explicit_mask = e;
+}
+
 // Fills `c` with a random problem whose reference cost (Lq * Lk * D * B * Hq) stays below
 // max_work, so the double-precision reference keeps the test fast.
 inline void MakeRandomCase(std::mt19937_64& rng, AttentionCase& c, double max_work = 4e6) {
@@ -154,50 +198,16 @@ inline void MakeRandomCase(std::mt19937_64& rng, AttentionCase& c, double max_wo
   }
   if (u01(rng) < 0.3) m.n_sink = Pick(rng, {1, 4, 64});
   m.mask_first_key = u01(rng) < 0.2;
-  if (u01(rng) < 0.15) {
-    // One mask per (batch, head) with ~30% invisible entries and some fully masked rows.
-    const int64_t per_head = s.len_q * s.len_k;
-    c.mask_bytes.resize(s.batch * s.heads_q * per_head);
-    for (auto& x : c.mask_bytes) x = u01(rng) < 0.7;
-    for (int64_t r = 0; r < s.batch * s.heads_q * s.len_q; ++r) {
-      if (u01(rng) < 0.1) std::fill_n(c.mask_bytes.begin() + r * s.len_k, s.len_k, 0);
-    }
-    ExplicitMask e;
-    e.data = c.mask_bytes.data();
-    e.size = static_cast<int64_t>(c.mask_bytes.size());
-    e.stride_row = s.len_k;
-    e.stride_head = per_head;
-    e.stride_batch = s.heads_q * per_head;
-    m.explicit_mask = e;
-  }
+  if (u01(rng) < 0.15) AddRandomExplicitMask(rng, c);
   const double v = u01(rng);
   c.params.softmax = v < 0.4   ? SoftmaxKind::kStandard
                      : v < 0.6 ? SoftmaxKind::kSoftmax1
                      : v < 0.8 ? SoftmaxKind::kSinkLogit
                                : SoftmaxKind::kSigmoid;
-  if (c.params.softmax == SoftmaxKind::kSinkLogit) {
-    std::uniform_real_distribution<float> sd(-10, 10);
-    c.sinks.resize(s.heads_q);
-    for (auto& x : c.sinks) x = sd(rng);
-    c.params.sink_logits = c.sinks;
-  }
-  if (c.params.softmax == SoftmaxKind::kSigmoid) {
-    c.params.sigmoid_bias = -std::log(static_cast<float>(s.len_k));
-  }
   // Occasionally huge logits to stress the running max: s ~ logit_scale * N(0, 1), so |s| ~ 1e4.
   const double r = u01(rng);
   c.logit_scale = r < 0.07 ? 1e4 : r < 0.15 ? 100.0 : r < 0.3 ? 5.0 : 1.0;
-  const Layout lay = static_cast<Layout>(Pick(rng, {0, 1, 2}));
-  c.q.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
-  c.k.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
-  c.v.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
-  c.dout.Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
-  std::normal_distribution<float> nd(0, 1);
-  const float qs = static_cast<float>(c.logit_scale);
-  c.q.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.q.at(b, h, t, d) = nd(rng) * qs; });
-  c.k.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.k.at(b, h, t, d) = nd(rng); });
-  c.v.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.v.at(b, h, t, d) = nd(rng); });
-  c.dout.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) { c.dout.at(b, h, t, d) = nd(rng); });
+  FillCase(rng, c, static_cast<Layout>(Pick(rng, {0, 1, 2})));
 }
 
 }  // namespace attnlab::testing

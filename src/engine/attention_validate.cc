@@ -55,12 +55,36 @@ Status ValidateView(const char* name, const void* data, int64_t size, int64_t st
   }
   range->begin = static_cast<const char*>(data);
   range->end = range->begin + static_cast<size_t>(last + 1) * elem_size;
+  // Period = the token stride, when batch and head offsets keep every element inside a fixed
+  // footprint of each token period (token-major layouts such as [B, T, H, D]).
+  range->period = 0;
+  range->footprint = 0;
+  if (stride_token > 0 && len > 1 && (batch == 1 || stride_batch % stride_token == 0)) {
+    int64_t fp = -1;
+    if (heads == 1 || stride_head % stride_token == 0) {
+      fp = head_dim;
+    } else {
+      fp = (heads - 1) * stride_head + head_dim;
+    }
+    if (fp <= stride_token) {
+      range->period = stride_token * static_cast<int64_t>(elem_size);
+      range->footprint = fp * static_cast<int64_t>(elem_size);
+    }
+  }
   return Status::Ok();
 }
 
 Status CheckDisjoint(const char* a_name, const AddressRange& a, const char* b_name,
                      const AddressRange& b) {
-  if (a.begin < b.end && b.begin < a.end) {
+  const bool ranges_meet = a.begin < b.end && b.begin < a.end;
+  if (ranges_meet && a.period > 0 && a.period == b.period) {
+    // Same period: disjoint iff b's footprint, shifted by (b.begin - a.begin) mod period, misses
+    // a's footprint [0, a.footprint) within every period.
+    int64_t delta = (b.begin - a.begin) % a.period;
+    if (delta < 0) delta += a.period;
+    if (delta >= a.footprint && delta + b.footprint <= a.period) return Status::Ok();
+  }
+  if (ranges_meet) {
     return Status::InvalidArgument(std::string(a_name) + " and " + b_name +
                                    " overlap in memory; outputs need their own buffers");
   }

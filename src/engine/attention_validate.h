@@ -9,10 +9,15 @@
 
 namespace attnlab::internal {
 
-// Byte range [begin, end) a view touches for the given logical shape.
+// The bytes a view touches: the range [begin, end) and, when the view repeats with a period
+// (every token at stride_token), the footprint [0, footprint) of each period relative to begin.
+// That lets q, k and v (or dq, dk, dv) interleaved in one [tokens, (Hq + 2 Hkv) * D] buffer count
+// as disjoint: their ranges overlap but their footprints within a token do not.
 struct AddressRange {
   const char* begin = nullptr;
   const char* end = nullptr;
+  int64_t period = 0;     // bytes; 0 when the view has no usable period
+  int64_t footprint = 0;  // bytes touched within each period, starting at begin
 };
 
 // Checks that `view` is a valid [batch, heads, len, head_dim] view of elements of `elem_size`

@@ -19,7 +19,9 @@ inline VecF Load(const float* p) {
   return v;
 }
 inline void Store(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
-inline VecF Set1(float x) { return VecF{} + x; }
+// A plain lane-wise initialiser: lets the compiler broadcast straight from memory
+// (`VecF{} + x` would add 0.0 first and broadcast from a register, on the FMA port).
+inline VecF Set1(float x) { return VecF{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 inline VecF Zero() { return VecF{}; }
 inline VecF Max(VecF a, VecF b) { return a > b ? a : b; }
 inline VecF Min(VecF a, VecF b) { return a < b ? a : b; }

@@ -1,0 +1,56 @@
+#include "engine/gemm.h"
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+
+#include "attnlab/status.h"
+#include "attnlab/thread_pool.h"
+
+namespace attnlab::internal {
+
+namespace {
+
+// One sequential oneDNN call; keeps oneDNN from starting OpenMP threads of its own.
+void SgemmTile(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const int saved = omp_get_max_threads();
+  if (saved != 1) omp_set_num_threads(1);
+  const dnnl_status_t st =
+      dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
+                 lda, B, ldb, beta, C, ldc);
+  if (saved != 1) omp_set_num_threads(saved);
+  ATTNLAB_CHECK(st == dnnl_success);
+}
+
+}  // namespace
+
+void Sgemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+           ThreadPool* pool) {
+  if (M <= 0 || N <= 0) return;
+  ThreadPool& tp = pool ? *pool : DefaultThreadPool();
+  // Fixed tiles (independent of scheduling): split the larger of M and N into about 2 tiles
+  // per thread, in multiples of 16 rows/columns; a small product stays in one tile.
+  const double flops = 2.0 * M * N * K;
+  int64_t tiles = flops < 2e6 ? 1 : 2 * tp.num_threads();
+  const bool split_rows = M >= N;
+  const int64_t extent = split_rows ? M : N;
+  int64_t step = (extent + tiles - 1) / tiles;
+  step = std::max<int64_t>(16, (step + 15) / 16 * 16);
+  tiles = (extent + step - 1) / step;
+  tp.ParallelFor(tiles, [&](int64_t t, int) {
+    const int64_t lo = t * step, hi = std::min(extent, lo + step);
+    if (split_rows) {
+      const float* a = ta == Trans::kNo ? A + lo * lda : A + lo;
+      SgemmTile(ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + lo * ldc, ldc);
+    } else {
+      const float* b = tb == Trans::kNo ? B + lo : B + lo * ldb;
+      SgemmTile(ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+    }
+  });
+}
+
+}  // namespace attnlab::internal
