@@ -67,7 +67,7 @@ struct BackwardScratch {
   AlignedBuffer<float> qp, dop;   // [kRowsB][d_pad] Q, dO
   AlignedBuffer<float> dq;        // [kRowsB][d_pad] accumulator
   AlignedBuffer<float> st, dpt;   // [kBlockK][kRowsB] S^T -> P^T, dP^T -> dS^T
-  AlignedBuffer<float> ds;        // [kRowsB][kBlockK] dS
+  std::vector<int64_t> row_h, row_i;  // [kRowsB] query head / [len_q] query index of each row
   AlignedBuffer<float> lse2, dd;  // [kRowsB] lse * log2(e) and D per row
 };
 
@@ -84,19 +84,6 @@ struct BackwardArgs {
   float* dq_partial;     // [n_kchunks][B][Hq][Lq][D] when n_kchunks > 1
   float* dsink_partial;  // [B * Hkv][group] (kSinkLogit)
 };
-
-// Sets st[j * kRowsB + i] = -inf where key k0 + j is invisible to row i0 + i (or j >= nk).
-void MaskTileTransposed(const AttentionMask& m, const AttentionShape& s, int64_t b, int64_t h,
-                        int64_t i0, int64_t nr, int64_t k0, int64_t nk, float* st) {
-  for (int64_t i = 0; i < nr; ++i) {
-    const internal::RowRange range = internal::RowVisibleRange(m, s.len_q, s.len_k, i0 + i);
-    for (int64_t j = 0; j < kBlockK; ++j) {
-      if (j >= nk || !internal::KeyVisible(m, range, b, h, i0 + i, k0 + j)) {
-        st[j * kRowsB + i] = kNegInf;
-      }
-    }
-  }
-}
 
 // Packs rows [i0, i0 + nr) of query head h: Q^T scaled, dO^T, Q and dO padded; lse2 and D.
 // Padding columns get lse2 = +inf and D = 0 so their P and dS are exactly 0.
@@ -186,6 +173,7 @@ void RunTask(const BackwardArgs& a, int64_t task, BackwardScratch& w) {
 
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = hk * group + g;
+    std::fill(w.row_h.begin(), w.row_h.end(), h);
     float dsink = 0;
     for (int64_t i0 = 0; i0 < s.len_q; i0 += kRowsB) {
       const int64_t nr = std::min(kRowsB, s.len_q - i0);
@@ -215,7 +203,11 @@ void RunTask(const BackwardArgs& a, int64_t task, BackwardScratch& w) {
         internal::SmallGemm(kBlockK, kRowsB, D, vb, d_pad, w.dot.data(), kRowsB, w.dpt.data(),
                             kRowsB, false);
         if (cls == internal::BlockClass::kPartial) {
-          MaskTileTransposed(mask, s, b, h, i0, nr, k0, nk, w.st.data());
+          internal::MaskTileTransposed(mask, s, b, w.row_h.data(), w.row_i.data() + i0, nr, k0,
+                                       nk, w.st.data(), kRowsB);
+          for (int64_t j = nk; j < kBlockK; ++j) {  // keys past len_k (zero-padded rows of Kp)
+            std::fill(w.st.data() + j * kRowsB, w.st.data() + (j + 1) * kRowsB, kNegInf);
+          }
         }
         if (a.sigmoid) {
           SigmoidGradTile(w, params.sigmoid_bias);
@@ -229,12 +221,9 @@ void RunTask(const BackwardArgs& a, int64_t task, BackwardScratch& w) {
                             d_pad, true);
         internal::SmallGemm(kBlockK, d_pad, kRowsB, w.dpt.data(), kRowsB, w.qp.data(), d_pad, dkb,
                             d_pad, true);
-        // dQ += dS K: transpose dS^T into dS first (the A operand is read by row).
-        for (int64_t j = 0; j < kBlockK; ++j) {
-          for (int64_t i = 0; i < kRowsB; ++i) w.ds[i * kBlockK + j] = w.dpt[j * kRowsB + i];
-        }
-        internal::SmallGemm(nr, d_pad, kBlockK, w.ds.data(), kBlockK, kb, d_pad, w.dq.data(),
-                            d_pad, true);
+        // dQ += dS K; dS^T is dS in column-major order.
+        internal::SmallGemm</*kAColMajor=*/true>(nr, d_pad, kBlockK, w.dpt.data(), kRowsB, kb,
+                                                 d_pad, w.dq.data(), d_pad, true);
       }
       // Store this sub-block's dQ (complete for this key chunk).
       for (int64_t i = 0; i < nr; ++i) {
@@ -307,7 +296,9 @@ Status AttentionBackwardFlash(const AttentionShape& s, const AttentionParams& pa
     w.dq.Resize(kRowsB * plan.d_pad);
     w.st.Resize(kBlockK * kRowsB);
     w.dpt.Resize(kBlockK * kRowsB);
-    w.ds.Resize(kRowsB * kBlockK);
+    w.row_h.resize(kRowsB);
+    w.row_i.resize(s.len_q);
+    for (int64_t i = 0; i < s.len_q; ++i) w.row_i[i] = i;
     w.lse2.Resize(kRowsB);
     w.dd.Resize(kRowsB);
   }

@@ -13,14 +13,15 @@
 namespace attnlab::internal {
 
 constexpr int64_t kBlockK = 64;   // keys per block (a multiple of 16)
-constexpr int64_t kSubRows = 24;  // query rows per S tile (a multiple of the micro-tile's 6)
+constexpr int64_t kSubRows = 64;  // query rows per S^T tile (a multiple of 16)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
-// How the forward splits work: tasks are (batch, kv head, chunk of `chunk` query rows).
+// How the forward splits work: tasks are (batch, kv head, chunk of `chunk` query rows); a task
+// handles those rows for every query head of the group (group * chunk "flat" rows).
 struct FlashPlan {
   int64_t group = 1;     // query heads per kv head
   int64_t d_pad = 16;    // head_dim rounded up to 16 lanes
@@ -32,16 +33,42 @@ inline FlashPlan MakeFlashPlan(const AttentionShape& s, int threads) {
   FlashPlan p;
   p.group = s.heads_q / s.heads_kv;
   p.d_pad = RoundUp(s.head_dim, 16);
-  // About 192 rows per task across the group amortise packing each K/V block.
-  int64_t chunk = RoundUp(CeilDiv(192, p.group), kSubRows);
-  chunk = std::min(chunk, s.len_q);
+  // About 256 rows per task across the group amortise each K/V block's loads from memory.
+  int64_t chunk = std::min(s.len_q, std::max<int64_t>(1, CeilDiv(256, p.group)));
   // Enough tasks to balance the threads (causal rows have unequal cost).
-  while (chunk > kSubRows && s.batch * s.heads_kv * CeilDiv(s.len_q, chunk) < 4 * threads) {
-    chunk = std::max(kSubRows, RoundUp(chunk / 2, kSubRows));
+  while (chunk > 16 && s.batch * s.heads_kv * CeilDiv(s.len_q, chunk) < 4 * threads) {
+    chunk = std::max<int64_t>(16, chunk / 2);
   }
-  p.chunk = std::max<int64_t>(1, chunk);
+  p.chunk = chunk;
   p.n_chunks = CeilDiv(s.len_q, p.chunk);
   return p;
+}
+
+// The forward kernel's per-thread scratch, buffer by buffer, in floats (the kernel allocates
+// exactly this; `attnlab memory` reports it). max_rows = group * chunk rounded up to kSubRows.
+struct FlashForwardScratchSizes {
+  int64_t qt = 0, oacc = 0, m = 0, l = 0, alpha = 0, vp = 0, st = 0;
+  int64_t row_index = 0;  // int64 entries (query head and index per flat row)
+  int64_t Floats() const { return qt + oacc + m + l + alpha + vp + st; }
+  // Bytes with every float buffer rounded up to 64 bytes (AlignedBuffer), plus the indices.
+  int64_t Bytes() const {
+    int64_t b = 0;
+    for (int64_t f : {qt, oacc, m, l, alpha, vp, st}) b += (f * 4 + 63) / 64 * 64;
+    return b + row_index * 8;
+  }
+};
+
+inline FlashForwardScratchSizes FlashForwardScratch(const AttentionShape& s, const FlashPlan& p) {
+  const int64_t max_rows = RoundUp(p.group * p.chunk, kSubRows);
+  FlashForwardScratchSizes z;
+  z.qt = max_rows * s.head_dim;
+  z.oacc = max_rows * p.d_pad;
+  z.m = z.l = max_rows;
+  z.alpha = kSubRows;
+  z.vp = s.head_dim % 16 != 0 ? kBlockK * p.d_pad : 0;
+  z.st = kBlockK * kSubRows;
+  z.row_index = 2 * max_rows;
+  return z;
 }
 
 // The keys any row in [i0, i0 + rows) may see: [0, sink_end) U [lo, hi].
@@ -75,28 +102,18 @@ inline BlockClass ClassifyBlock(const AttentionMask& m, int64_t len_q, int64_t l
   return BlockClass::kPartial;
 }
 
-// Sets s[r * lds + j] = -inf where key k0 + j is invisible to row i0 + r (or j >= nk).
-inline void MaskTile(const AttentionMask& m, const AttentionShape& s, int64_t b, int64_t h,
-                     int64_t i0, int64_t nr, int64_t k0, int64_t nk, float* tile, int64_t lds) {
+// For a transposed score tile st[j * ld + r] (keys j are rows, query rows r are columns): sets
+// -inf where key k0 + j (j < nk) is invisible to query row r, which belongs to query head
+// row_h[r] at index row_i[r].
+inline void MaskTileTransposed(const AttentionMask& m, const AttentionShape& s, int64_t b,
+                               const int64_t* row_h, const int64_t* row_i, int64_t nr, int64_t k0,
+                               int64_t nk, float* st, int64_t ld) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < nr; ++r) {
-    const RowRange range = RowVisibleRange(m, s.len_q, s.len_k, i0 + r);
-    float* row = tile + r * lds;
-    for (int64_t j = 0; j < kBlockK; ++j) {
-      if (j >= nk || !KeyVisible(m, range, b, h, i0 + r, k0 + j)) row[j] = kNegInf;
+    const RowRange range = RowVisibleRange(m, s.len_q, s.len_k, row_i[r]);
+    for (int64_t j = 0; j < nk; ++j) {
+      if (!KeyVisible(m, range, b, row_h[r], row_i[r], k0 + j)) st[j * ld + r] = kNegInf;
     }
-  }
-}
-
-// kt[d * kBlockK + j] = K[b, hk, k0 + j, d]; zero for j >= nk.
-inline void PackKeysTransposed(const AttentionTensor& k, int64_t b, int64_t hk, int64_t k0,
-                               int64_t nk, int64_t D, float* kt) {
-  for (int64_t j = 0; j < nk; ++j) {
-    const float* src = k.at(b, hk, k0 + j);
-    for (int64_t d = 0; d < D; ++d) kt[d * kBlockK + j] = src[d];
-  }
-  for (int64_t d = 0; d < D; ++d) {
-    for (int64_t j = nk; j < kBlockK; ++j) kt[d * kBlockK + j] = 0.0f;
   }
 }
 

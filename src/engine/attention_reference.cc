@@ -20,7 +20,7 @@ Status AttentionForwardReference(const AttentionShape& s, const AttentionParams&
                                    std::to_string(rows * s.len_k) + " values, got " +
                                    std::to_string(probs.size()));
   }
-  internal::AttentionForwardReferenceImpl<float>(
+  internal::AttentionForwardReferenceImpl<float, double>(
       s, params, internal::DefaultScaleOf(params, s.head_dim), params.sink_logits.data(), q, k,
       v, out, lse.empty() ? nullptr : lse.data(), probs.empty() ? nullptr : probs.data());
   return Status::Ok();
@@ -35,7 +35,7 @@ Status AttentionBackwardReference(const AttentionShape& s, const AttentionParams
       s, params, q, k, v, nullptr, {}, false, dout, dq, dk, dv, d_sink_logits));
   float* d_sink =
       params.softmax == SoftmaxKind::kSinkLogit ? d_sink_logits.data() : nullptr;
-  internal::AttentionBackwardReferenceImpl<float>(
+  internal::AttentionBackwardReferenceImpl<float, double>(
       s, params, internal::DefaultScaleOf(params, s.head_dim), params.sink_logits.data(), q, k,
       v, dout, dq, dk, dv, d_sink);
   return Status::Ok();

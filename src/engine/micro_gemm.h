@@ -1,8 +1,9 @@
 // The engine's one hot micro-kernel: C[M x N] (+)= A[M x K] * B[K x N] for the small, L1/L2-
-// resident blocks inside the attention kernels (S = Q K^T, O += P V and the backward's five
-// products). A is read by scalar broadcast (row-major, any lda); B and C are row-major with N a
-// multiple of 16, so every B row is a few vector loads. A register tile of kRows x (16 * kVecs)
-// accumulators stays in registers across the whole K loop.
+// resident blocks inside the attention kernels (S^T = K Q^T, O += P V and the backward's five
+// products). A is read by scalar broadcast, row-major (element (r, k) at A[r * lda + k]) or
+// column-major (at A[k * lda + r], kAColMajor), so transposed operands need no copy; B and C are
+// row-major with N a multiple of 16, so every B row is a few vector loads. A register tile of
+// R x (16 * NV) accumulators stays in registers across the whole K loop.
 #ifndef ATTNLAB_ENGINE_MICRO_GEMM_H_
 #define ATTNLAB_ENGINE_MICRO_GEMM_H_
 
@@ -12,7 +13,7 @@
 
 namespace attnlab::internal {
 
-template <int R, int NV>
+template <int R, int NV, bool kAColMajor>
 inline void MicroTile(int64_t K, const float* __restrict A, int64_t lda,
                       const float* __restrict B, int64_t ldb, float* __restrict C, int64_t ldc,
                       bool accumulate) {
@@ -31,7 +32,7 @@ inline void MicroTile(int64_t K, const float* __restrict A, int64_t lda,
     for (int v = 0; v < NV; ++v) b[v] = simd::Load(B + k * ldb + 16 * v);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const VecF a = simd::Set1(A[r * lda + k]);
+      const VecF a = simd::Set1(kAColMajor ? A[k * lda + r] : A[r * lda + k]);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
@@ -44,36 +45,42 @@ inline void MicroTile(int64_t K, const float* __restrict A, int64_t lda,
 }
 
 // Rows [0, M) in tiles of kRows, with a tail tile of M % kRows rows.
-template <int NV>
+template <int NV, bool kAColMajor>
 inline void MicroColumn(int64_t M, int64_t K, const float* A, int64_t lda, const float* B,
                         int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int kRows = 6;
+  const int64_t row_step = kAColMajor ? 1 : lda;  // distance between consecutive rows of A
   int64_t m = 0;
   for (; m + kRows <= M; m += kRows) {
-    MicroTile<kRows, NV>(K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    MicroTile<kRows, NV, kAColMajor>(K, A + m * row_step, lda, B, ldb, C + m * ldc, ldc,
+                                     accumulate);
   }
-  const float* a = A + m * lda;
+  const float* a = A + m * row_step;
   float* c = C + m * ldc;
   switch (M - m) {
-    case 5: MicroTile<5, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
-    case 4: MicroTile<4, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
-    case 3: MicroTile<3, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
-    case 2: MicroTile<2, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
-    case 1: MicroTile<1, NV>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 5: MicroTile<5, NV, kAColMajor>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 4: MicroTile<4, NV, kAColMajor>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 3: MicroTile<3, NV, kAColMajor>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 2: MicroTile<2, NV, kAColMajor>(K, a, lda, B, ldb, c, ldc, accumulate); break;
+    case 1: MicroTile<1, NV, kAColMajor>(K, a, lda, B, ldb, c, ldc, accumulate); break;
     default: break;
   }
 }
 
-// C[M x N] = A[M x K] * B[K x N] (+ C if accumulate).
+// C[M x N] = A[M x K] * B[K x N] (+ C if accumulate); A row-major (element (r, k) at
+// A[r * lda + k]) or, with kAColMajor, column-major (at A[k * lda + r]).
 // REQUIRES: N % 16 == 0; ldb, ldc >= N; B and C rows need not be aligned.
+template <bool kAColMajor = false>
 inline void SmallGemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   int64_t n = 0;
-  for (; n + 64 <= N; n += 64) MicroColumn<4>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  for (; n + 64 <= N; n += 64) {
+    MicroColumn<4, kAColMajor>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  }
   switch ((N - n) / 16) {
-    case 3: MicroColumn<3>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
-    case 2: MicroColumn<2>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
-    case 1: MicroColumn<1>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 3: MicroColumn<3, kAColMajor>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 2: MicroColumn<2, kAColMajor>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 1: MicroColumn<1, kAColMajor>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
     default: break;
   }
 }

@@ -1,0 +1,91 @@
+// attnlab/model_config.h: one configuration for every GPT-style decoder attnlab trains and runs.
+//
+// A block, with x the residual stream, f the attention or MLP sublayer and a the residual scale:
+//   pre-LN  (GPT-2):        x = x + a * f(LN(x))            and a final LN before the head
+//   post-LN (original):     x = LN(x + a * f(x))
+//   no norm:                x = x + a * f(x)
+//   no residual:            x = f(x) (with the norm placement above applied to f's input/output)
+//   a = 1, 1/sqrt(2L), or a learned scalar per sublayer initialised to 0 (ReZero, Bachlechner
+//   et al. 2020).
+// Attention variants are the engine's softmax kinds (attention.h), plus: a per-head output gate
+// o_h <- sigmoid(x W_g + b_g)_h * o_h (head-wise gating after SDPA, Qiu et al. 2025), masking the
+// first token as a key (the mission documents' MaskedSelfAttention), and a dedicated learnable
+// sink token prepended to every sequence (StreamingLLM, Xiao et al. 2023, section 3.3).
+#ifndef ATTNLAB_MODEL_CONFIG_H_
+#define ATTNLAB_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "attnlab/attention.h"
+#include "attnlab/rope.h"
+#include "attnlab/status.h"
+
+namespace attnlab {
+
+enum class PositionEncoding { kLearned, kRope, kNone };
+enum class NormPlacement { kPre, kPost, kNone };
+enum class NormType { kLayerNorm, kRmsNorm };
+enum class ResidualScale { kOne, kInvSqrt2L, kReZero };
+
+struct ModelConfig {
+  // Shape.
+  int64_t vocab_size = 256;
+  int64_t context = 256;  // longest sequence (excluding the dedicated sink token)
+  int64_t d_model = 256;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 0;  // 0: same as n_head (MHA)
+  int64_t mlp_hidden = 0;  // 0: 4 * d_model
+  bool mlp = true;
+  bool residual = true;
+  bool bias = true;            // biases in linear layers and LayerNorm
+  bool tie_embeddings = true;  // lm_head = wte^T
+  // Positions.
+  PositionEncoding position = PositionEncoding::kRope;
+  RopeLayout rope_layout = RopeLayout::kNeox;
+  int64_t rotary_dim = 0;  // 0: head_dim
+  double rope_base = 10000.0;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  double rope_factor = 1.0;
+  int64_t rope_original_context = 0;  // YaRN's L_orig (0: context)
+  // Normalisation and residual.
+  NormPlacement norm = NormPlacement::kPre;
+  NormType norm_type = NormType::kLayerNorm;
+  float norm_eps = 1e-5f;
+  ResidualScale residual_scale = ResidualScale::kOne;
+  // Attention.
+  SoftmaxKind softmax = SoftmaxKind::kStandard;
+  float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(context)
+  bool output_gate = false;
+  bool mask_first_key = false;
+  bool sink_token = false;
+  int64_t attention_window = -1;  // causal sliding window (keys i-w..i); -1: full causal
+  // Initialisation.
+  float init_std = 0.02f;
+  bool scale_residual_init = true;  // GPT-2: output projections get std / sqrt(2 n_layer)
+
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  int64_t hidden() const { return mlp_hidden == 0 ? 4 * d_model : mlp_hidden; }
+  int64_t qkv_dim() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  // Sequence length the transformer sees: context + 1 with a sink token.
+  int64_t max_positions() const { return context + (sink_token ? 1 : 0); }
+  float effective_sigmoid_bias() const;
+};
+
+// Checks every field; the message names the field and the allowed range.
+Status ValidateModelConfig(const ModelConfig& c);
+
+// JSON with one key per field (enums as strings: "rope", "pre", "layernorm", "rezero",
+// "softmax1", ...). Parsing rejects unknown keys and wrong types with a message naming the key;
+// missing keys keep their defaults.
+std::string ModelConfigToJson(const ModelConfig& c);
+Result<ModelConfig> ModelConfigFromJson(const std::string& json);
+
+// Number of parameters the configuration implies.
+int64_t ModelParameterCount(const ModelConfig& c);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_MODEL_CONFIG_H_

@@ -1,0 +1,119 @@
+// The GPT decoder for training and full-sequence evaluation: forward with saved activations and
+// a hand-written backward for every option of ModelConfig (llm.c's structure: each sublayer's
+// forward has its backward mirrored in Backward()).
+//
+// Shapes: B sequences of T tokens; with a dedicated sink token the transformer sees Tm = T + 1
+// positions (the sink at position 0), else Tm = T. N = B * Tm rows of the residual stream [N, C].
+#ifndef ATTNLAB_MODEL_GPT_H_
+#define ATTNLAB_MODEL_GPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attnlab/model_config.h"
+#include "attnlab/rope.h"
+#include "attnlab/status.h"
+#include "core/aligned_buffer.h"
+#include "model/kv_cache.h"
+#include "model/parameters.h"
+
+namespace attnlab {
+
+class ThreadPool;
+
+// Optional view into the forward pass, for diagnostics: called once per layer after the
+// attention sublayer with that layer's tensors (token-major, [N, ...]). Without an observer the
+// forward pays nothing.
+struct LayerTensors {
+  int64_t layer = 0, batch = 0, len = 0;  // len = Tm
+  const float* residual_in = nullptr;     // [N, C] the layer's input
+  const float* attn_in = nullptr;         // [N, C] input of the attention (after pre-LN)
+  const float* qkv = nullptr;             // [N, Q] q | k | v, after RoPE
+  const float* attn_out = nullptr;        // [N, C] per-head attention outputs (before the gate)
+  const float* lse = nullptr;             // [B, H, Tm]
+  const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
+};
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual void OnLayer(const LayerTensors& t) = 0;
+};
+
+class Gpt {
+ public:
+  // Allocates parameters (zero) and gradients for a validated config.
+  static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  ParameterStore& params() { return params_; }
+  const ParameterStore& params() const { return params_; }
+  ParameterStore& grads() { return grads_; }
+  const RopeTable* rope() const { return rope_.get(); }
+
+  void set_pool(ThreadPool* pool) { pool_ = pool; }
+  void set_observer(ForwardObserver* obs) { observer_ = obs; }
+
+  // Runs the model on tokens [B, T] (T <= context, every token in [0, vocab)). With targets
+  // ([B, T], -1 = ignore) computes the mean cross-entropy into *loss and keeps what Backward
+  // needs; without, logits() holds the raw logits [B, Tm, V].
+  //
+  // With a cache (inference: B must be 1), the T tokens are appended to the cache and attend to
+  // everything it holds; positions come from the cache. The dedicated sink token, if any, is
+  // prepended only when the cache is empty. Backward is not available after a cached Forward.
+  Status Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                 double* loss, KvCache* cache = nullptr);
+
+  // Gradients of the mean loss of the last Forward (which must have had targets), ADDED to
+  // grads() scaled by grad_scale (e.g. 1 / micro-batches).
+  Status Backward(float grad_scale = 1.0f);
+
+  // After Forward: [B, Tm, V] raw logits (without targets) or probabilities (with targets).
+  const float* logits() const { return logits_.data(); }
+  int64_t last_batch() const { return B_; }
+  int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
+  // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
+  const float* residual(int64_t l) const { return acts_.res.data() + l * N_ * config_.d_model; }
+
+ private:
+  explicit Gpt(const ModelConfig& config);
+  void EnsureActivations(int64_t B, int64_t Tm);
+  ThreadPool* pool() const;
+
+  ModelConfig config_;
+  ParameterStore params_, grads_;
+  std::unique_ptr<RopeTable> rope_;
+  ThreadPool* pool_ = nullptr;
+  ForwardObserver* observer_ = nullptr;
+
+  // Saved activations of the last Forward (sized for the largest N seen).
+  int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
+  bool has_targets_ = false;
+  bool cached_ = false;
+  std::vector<int32_t> tokens_, targets_;  // [N] per row (sink row: token -1, target -1)
+  std::vector<int64_t> positions_;         // [Tm]
+  struct Activations {
+    AlignedBuffer<float> res;        // [L + 1, N, C] residual stream entering each layer
+    AlignedBuffer<float> mid;        // [L, N, C] stream after the attention sublayer
+    AlignedBuffer<float> ln1, ln2;   // [L, N, C] normalised inputs (pre-LN)
+    AlignedBuffer<float> sum1, sum2; // [L, N, C] pre-norm sums (post-LN)
+    AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [L, N]
+    AlignedBuffer<float> qkv;        // [L, N, Q]
+    AlignedBuffer<float> att;        // [L, N, C]
+    AlignedBuffer<float> lse;        // [L, B, H, Tm]
+    AlignedBuffer<float> gate;       // [L, N, H] sigmoid outputs
+    AlignedBuffer<float> attg;       // [L, N, C] gated attention output
+    AlignedBuffer<float> o;          // [L, N, C] attention projection output
+    AlignedBuffer<float> h, gelu;    // [L, N, F]
+    AlignedBuffer<float> m;          // [L, N, C] MLP output
+    AlignedBuffer<float> lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
+    AlignedBuffer<float> losses;     // [N]
+  } acts_;
+  AlignedBuffer<float> logits_;  // [N, V]
+  // Backward scratch.
+  AlignedBuffer<float> d_res_, d_mid_, d_tmp_, d_in_, d_qkv_, d_f1_, d_f2_, d_gate_, d_sink_;
+};
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_MODEL_GPT_H_

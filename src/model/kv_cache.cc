@@ -1,0 +1,86 @@
+#include "model/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace attnlab {
+
+DenseKvCache::DenseKvCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim)
+    : n_layer_(n_layer), kv_heads_(kv_heads), head_dim_(head_dim), k_(n_layer), v_(n_layer) {}
+
+void DenseKvCache::Grow(int64_t needed) {
+  if (needed <= capacity_) return;
+  const int64_t cap = std::max<int64_t>(needed, std::max<int64_t>(64, 2 * capacity_));
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    for (auto* buf : {&k_[l], &v_[l]}) {
+      AlignedBuffer<float> fresh(kv_heads_ * cap * head_dim_);
+      for (int64_t h = 0; h < kv_heads_; ++h) {
+        if (size_ > 0) {
+          std::memcpy(fresh.data() + h * cap * head_dim_, buf->data() + h * capacity_ * head_dim_,
+                      sizeof(float) * size_ * head_dim_);
+        }
+      }
+      *buf = std::move(fresh);
+    }
+  }
+  capacity_ = cap;
+}
+
+Status DenseKvCache::BeginStep(int64_t T, std::vector<int64_t>* positions) {
+  if (T < 1) return Status::InvalidArgument("a cache step needs at least one token");
+  Grow(size_ + T);
+  pending_ = T;
+  positions->resize(T);
+  for (int64_t t = 0; t < T; ++t) (*positions)[t] = size_ + t;
+  return Status::Ok();
+}
+
+Status DenseKvCache::Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                            const RopeTable* rope, AttentionTensor* k_all,
+                            AttentionTensor* v_all, int64_t* len_k) {
+  const int64_t hd = head_dim_;
+  for (int64_t t = 0; t < pending_; ++t) {
+    for (int64_t h = 0; h < kv_heads_; ++h) {
+      float* kd = k_[layer].data() + (h * capacity_ + size_ + t) * hd;
+      float* vd = v_[layer].data() + (h * capacity_ + size_ + t) * hd;
+      std::memcpy(kd, k_new + t * ld + h * hd, sizeof(float) * hd);
+      std::memcpy(vd, v_new + t * ld + h * hd, sizeof(float) * hd);
+    }
+  }
+  if (rope) {  // rotate the new keys at their positions (a [1, Hkv, T, hd] view into the cache)
+    TensorView4<float> kv;
+    kv.data = k_[layer].data() + size_ * hd;
+    kv.size = kv_heads_ * capacity_ * hd - size_ * hd;
+    kv.stride_head = capacity_ * hd;
+    kv.stride_token = hd;
+    kv.stride_batch = kv_heads_ * capacity_ * hd;
+    std::vector<int64_t> pos(pending_);
+    for (int64_t t = 0; t < pending_; ++t) pos[t] = size_ + t;
+    ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, kv, 1, kv_heads_, pending_, pos));
+  }
+  const int64_t n = size_ + pending_;
+  auto view = [&](const AlignedBuffer<float>& b) {
+    AttentionTensor t;
+    t.data = b.data();
+    t.size = kv_heads_ * capacity_ * hd;
+    t.stride_head = capacity_ * hd;
+    t.stride_token = hd;
+    t.stride_batch = kv_heads_ * capacity_ * hd;
+    return t;
+  };
+  *k_all = view(k_[layer]);
+  *v_all = view(v_[layer]);
+  *len_k = n;
+  return Status::Ok();
+}
+
+void DenseKvCache::EndStep() {
+  size_ += pending_;
+  pending_ = 0;
+}
+
+int64_t DenseKvCache::bytes() const {
+  return 2 * n_layer_ * kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace attnlab

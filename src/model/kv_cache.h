@@ -1,0 +1,63 @@
+// Key/value caches for incremental inference (prefill, then decode one token at a time).
+//
+// The model hands each layer's NEW keys to the cache unrotated; the cache decides where keys live
+// and at which positions they are rotated, which is what lets streaming policies (sinks + window,
+// positions as cache indices) plug in without touching the model. The contract, per Forward:
+//   BeginStep(T, &positions)  -> positions of the T new tokens (RoPE / learned positions)
+//   Update(layer, k_new, v_new, ...) for every layer -> views of every key and value to attend
+//       over, in logical order, the T new tokens last (so the engine's bottom-right causal mask
+//       applies unchanged)
+//   EndStep()
+#ifndef ATTNLAB_MODEL_KV_CACHE_H_
+#define ATTNLAB_MODEL_KV_CACHE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "attnlab/attention.h"
+#include "attnlab/rope.h"
+#include "attnlab/status.h"
+#include "core/aligned_buffer.h"
+
+namespace attnlab {
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  // Tokens currently held (before BeginStep adds new ones).
+  virtual int64_t size() const = 0;
+  virtual Status BeginStep(int64_t T, std::vector<int64_t>* positions) = 0;
+  // k_new, v_new: [T, Hkv, hd] rows with row stride ld (floats). rope: null for models without
+  // RoPE. On return *k_all and *v_all view [1, Hkv, *len_k, hd].
+  virtual Status Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                        const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                        int64_t* len_k) = 0;
+  virtual void EndStep() = 0;
+  // Bytes held by the cache (for memory reports).
+  virtual int64_t bytes() const = 0;
+};
+
+// Keeps every token: position = index in the sequence, keys rotated once on insertion.
+class DenseKvCache : public KvCache {
+ public:
+  DenseKvCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim);
+  int64_t size() const override { return size_; }
+  Status BeginStep(int64_t T, std::vector<int64_t>* positions) override;
+  Status Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                int64_t* len_k) override;
+  void EndStep() override;
+  int64_t bytes() const override;
+  void Clear() { size_ = 0; }
+
+ private:
+  void Grow(int64_t needed);
+  int64_t n_layer_, kv_heads_, head_dim_;
+  int64_t size_ = 0, pending_ = 0, capacity_ = 0;
+  // Per layer: [kv_heads, capacity, head_dim].
+  std::vector<AlignedBuffer<float>> k_, v_;
+};
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_MODEL_KV_CACHE_H_

@@ -1,0 +1,218 @@
+#include "attnlab/model_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace attnlab {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename E>
+struct EnumNames {
+  E value;
+  const char* name;
+};
+
+constexpr EnumNames<PositionEncoding> kPositionNames[] = {
+    {PositionEncoding::kLearned, "learned"}, {PositionEncoding::kRope, "rope"},
+    {PositionEncoding::kNone, "none"}};
+constexpr EnumNames<RopeLayout> kRopeLayoutNames[] = {{RopeLayout::kNeox, "neox"},
+                                                      {RopeLayout::kGptJ, "gptj"}};
+constexpr EnumNames<RopeScaling> kRopeScalingNames[] = {{RopeScaling::kNone, "none"},
+                                                        {RopeScaling::kLinear, "linear"},
+                                                        {RopeScaling::kNtk, "ntk"},
+                                                        {RopeScaling::kYarn, "yarn"}};
+constexpr EnumNames<NormPlacement> kNormNames[] = {
+    {NormPlacement::kPre, "pre"}, {NormPlacement::kPost, "post"}, {NormPlacement::kNone, "none"}};
+constexpr EnumNames<NormType> kNormTypeNames[] = {{NormType::kLayerNorm, "layernorm"},
+                                                  {NormType::kRmsNorm, "rmsnorm"}};
+constexpr EnumNames<ResidualScale> kResidualNames[] = {{ResidualScale::kOne, "one"},
+                                                       {ResidualScale::kInvSqrt2L, "inv_sqrt_2l"},
+                                                       {ResidualScale::kReZero, "rezero"}};
+constexpr EnumNames<SoftmaxKind> kSoftmaxNames[] = {{SoftmaxKind::kStandard, "standard"},
+                                                    {SoftmaxKind::kSoftmax1, "softmax1"},
+                                                    {SoftmaxKind::kSinkLogit, "sink_logit"},
+                                                    {SoftmaxKind::kSigmoid, "sigmoid"}};
+
+template <typename E, size_t N>
+const char* NameOf(const EnumNames<E> (&names)[N], E v) {
+  for (const auto& n : names) {
+    if (n.value == v) return n.name;
+  }
+  return "?";
+}
+
+template <typename E, size_t N>
+Status ParseEnum(const EnumNames<E> (&names)[N], const json& j, const char* key, E* out) {
+  if (!j.is_string()) return Status::InvalidArgument(std::string("config key '") + key + "' must be a string");
+  const std::string s = j.get<std::string>();
+  std::string allowed;
+  for (const auto& n : names) {
+    if (s == n.name) {
+      *out = n.value;
+      return Status::Ok();
+    }
+    allowed += std::string(allowed.empty() ? "" : ", ") + n.name;
+  }
+  return Status::InvalidArgument(std::string("config key '") + key + "': unknown value '" + s +
+                                 "' (allowed: " + allowed + ")");
+}
+
+Status ParseInt(const json& j, const char* key, int64_t* out) {
+  if (!j.is_number_integer()) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' must be an integer");
+  }
+  *out = j.get<int64_t>();
+  return Status::Ok();
+}
+
+template <typename F>
+Status ParseFloat(const json& j, const char* key, F* out) {
+  if (!j.is_number()) return Status::InvalidArgument(std::string("config key '") + key + "' must be a number");
+  *out = j.get<F>();
+  return Status::Ok();
+}
+
+Status ParseBool(const json& j, const char* key, bool* out) {
+  if (!j.is_boolean()) return Status::InvalidArgument(std::string("config key '") + key + "' must be true or false");
+  *out = j.get<bool>();
+  return Status::Ok();
+}
+
+Status Range(const char* name, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return Status::InvalidArgument(std::string(name) + " = " + std::to_string(v) +
+                                   " is outside [" + std::to_string(lo) + ", " +
+                                   std::to_string(hi) + "]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+float ModelConfig::effective_sigmoid_bias() const {
+  return sigmoid_bias != 0.0f ? sigmoid_bias : -std::log(static_cast<float>(max_positions()));
+}
+
+Status ValidateModelConfig(const ModelConfig& c) {
+  ATTNLAB_RETURN_IF_ERROR(Range("vocab_size", c.vocab_size, 2, 1 << 24));
+  ATTNLAB_RETURN_IF_ERROR(Range("context", c.context, 1, 1 << 20));
+  ATTNLAB_RETURN_IF_ERROR(Range("d_model", c.d_model, 1, 1 << 16));
+  ATTNLAB_RETURN_IF_ERROR(Range("n_layer", c.n_layer, 1, 1024));
+  ATTNLAB_RETURN_IF_ERROR(Range("n_head", c.n_head, 1, c.d_model));
+  ATTNLAB_RETURN_IF_ERROR(Range("n_kv_head", c.n_kv_head, 0, c.n_head));
+  ATTNLAB_RETURN_IF_ERROR(Range("mlp_hidden", c.mlp_hidden, 0, 1 << 20));
+  if (c.d_model % c.n_head != 0) {
+    return Status::InvalidArgument("d_model (" + std::to_string(c.d_model) +
+                                   ") must be a multiple of n_head (" + std::to_string(c.n_head) + ")");
+  }
+  if (c.n_head % c.kv_heads() != 0) {
+    return Status::InvalidArgument("n_head (" + std::to_string(c.n_head) +
+                                   ") must be a multiple of n_kv_head (" +
+                                   std::to_string(c.kv_heads()) + ")");
+  }
+  if (c.position == PositionEncoding::kRope) {
+    const int64_t rot = c.rotary_dim == 0 ? c.head_dim() : c.rotary_dim;
+    if (rot < 2 || rot > c.head_dim() || rot % 2 != 0) {
+      return Status::InvalidArgument("rotary_dim must be even and in [2, head_dim = " +
+                                     std::to_string(c.head_dim()) + "], got " + std::to_string(rot));
+    }
+    if (!(c.rope_base > 1.0)) return Status::InvalidArgument("rope_base must be > 1");
+    if (!(c.rope_factor >= 1.0)) return Status::InvalidArgument("rope_factor must be >= 1");
+  }
+  if (!(c.norm_eps > 0.0f)) return Status::InvalidArgument("norm_eps must be > 0");
+  if (!(c.init_std > 0.0f) || !std::isfinite(c.init_std)) {
+    return Status::InvalidArgument("init_std must be a positive number");
+  }
+  if (!std::isfinite(c.sigmoid_bias)) return Status::InvalidArgument("sigmoid_bias must be finite");
+  if (c.attention_window < -1) {
+    return Status::InvalidArgument("attention_window must be >= 0, or -1 for full causal attention");
+  }
+  return Status::Ok();
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  json j;
+  j["vocab_size"] = c.vocab_size;
+  j["context"] = c.context;
+  j["d_model"] = c.d_model;
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_kv_head"] = c.n_kv_head;
+  j["mlp_hidden"] = c.mlp_hidden;
+  j["mlp"] = c.mlp;
+  j["residual"] = c.residual;
+  j["bias"] = c.bias;
+  j["tie_embeddings"] = c.tie_embeddings;
+  j["position"] = NameOf(kPositionNames, c.position);
+  j["rope_layout"] = NameOf(kRopeLayoutNames, c.rope_layout);
+  j["rotary_dim"] = c.rotary_dim;
+  j["rope_base"] = c.rope_base;
+  j["rope_scaling"] = NameOf(kRopeScalingNames, c.rope_scaling);
+  j["rope_factor"] = c.rope_factor;
+  j["rope_original_context"] = c.rope_original_context;
+  j["norm"] = NameOf(kNormNames, c.norm);
+  j["norm_type"] = NameOf(kNormTypeNames, c.norm_type);
+  j["norm_eps"] = c.norm_eps;
+  j["residual_scale"] = NameOf(kResidualNames, c.residual_scale);
+  j["softmax"] = NameOf(kSoftmaxNames, c.softmax);
+  j["sigmoid_bias"] = c.sigmoid_bias;
+  j["output_gate"] = c.output_gate;
+  j["mask_first_key"] = c.mask_first_key;
+  j["sink_token"] = c.sink_token;
+  j["attention_window"] = c.attention_window;
+  j["init_std"] = c.init_std;
+  j["scale_residual_init"] = c.scale_residual_init;
+  return j.dump(2);
+}
+
+Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument("model config is not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument("model config must be a JSON object");
+  ModelConfig c;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    const char* key = k.c_str();
+    Status st;
+    if (k == "vocab_size") st = ParseInt(v, key, &c.vocab_size);
+    else if (k == "context") st = ParseInt(v, key, &c.context);
+    else if (k == "d_model") st = ParseInt(v, key, &c.d_model);
+    else if (k == "n_layer") st = ParseInt(v, key, &c.n_layer);
+    else if (k == "n_head") st = ParseInt(v, key, &c.n_head);
+    else if (k == "n_kv_head") st = ParseInt(v, key, &c.n_kv_head);
+    else if (k == "mlp_hidden") st = ParseInt(v, key, &c.mlp_hidden);
+    else if (k == "mlp") st = ParseBool(v, key, &c.mlp);
+    else if (k == "residual") st = ParseBool(v, key, &c.residual);
+    else if (k == "bias") st = ParseBool(v, key, &c.bias);
+    else if (k == "tie_embeddings") st = ParseBool(v, key, &c.tie_embeddings);
+    else if (k == "position") st = ParseEnum(kPositionNames, v, key, &c.position);
+    else if (k == "rope_layout") st = ParseEnum(kRopeLayoutNames, v, key, &c.rope_layout);
+    else if (k == "rotary_dim") st = ParseInt(v, key, &c.rotary_dim);
+    else if (k == "rope_base") st = ParseFloat(v, key, &c.rope_base);
+    else if (k == "rope_scaling") st = ParseEnum(kRopeScalingNames, v, key, &c.rope_scaling);
+    else if (k == "rope_factor") st = ParseFloat(v, key, &c.rope_factor);
+    else if (k == "rope_original_context") st = ParseInt(v, key, &c.rope_original_context);
+    else if (k == "norm") st = ParseEnum(kNormNames, v, key, &c.norm);
+    else if (k == "norm_type") st = ParseEnum(kNormTypeNames, v, key, &c.norm_type);
+    else if (k == "norm_eps") st = ParseFloat(v, key, &c.norm_eps);
+    else if (k == "residual_scale") st = ParseEnum(kResidualNames, v, key, &c.residual_scale);
+    else if (k == "softmax") st = ParseEnum(kSoftmaxNames, v, key, &c.softmax);
+    else if (k == "sigmoid_bias") st = ParseFloat(v, key, &c.sigmoid_bias);
+    else if (k == "output_gate") st = ParseBool(v, key, &c.output_gate);
+    else if (k == "mask_first_key") st = ParseBool(v, key, &c.mask_first_key);
+    else if (k == "sink_token") st = ParseBool(v, key, &c.sink_token);
+    else if (k == "attention_window") st = ParseInt(v, key, &c.attention_window);
+    else if (k == "init_std") st = ParseFloat(v, key, &c.init_std);
+    else if (k == "scale_residual_init") st = ParseBool(v, key, &c.scale_residual_init);
+    else st = Status::InvalidArgument("unknown model config key '" + k + "'");
+    ATTNLAB_RETURN_IF_ERROR(st);
+  }
+  ATTNLAB_RETURN_IF_ERROR(ValidateModelConfig(c));
+  return c;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,105 @@
+// The parameters of a GPT (model_config.h) as one flat float buffer with named slices, so the
+// optimizer sees one array and the checkpoint writer sees named tensors (llm.c's
+// ParameterTensors, with names).
+//
+// Names and shapes (C = d_model, F = mlp hidden, H = n_head, Q = qkv_dim, V = vocab, P = max
+// positions). Linear weights are stored [in, out] (y = x W + b; Hugging Face GPT-2's Conv1D
+// layout):
+//   wte [V, C]                     token embedding (also the LM head when tied)
+//   wpe [P, C]                     learned positions only
+//   sink_token [C]                 dedicated sink token only
+//   h.{l}.ln1.weight [C], h.{l}.ln1.bias [C]          norm != none (bias: LayerNorm with bias)
+//   h.{l}.attn.qkv.weight [C, Q], .bias [Q]          Q = (H + 2 H_kv) * head_dim: q | k | v
+//   h.{l}.attn.proj.weight [C, C], .bias [C]
+//   h.{l}.attn.gate.weight [C, H], .bias [H]         output gate only
+//   h.{l}.attn.sink [H]                               softmax == sink_logit only
+//   h.{l}.ln2.weight [C], h.{l}.ln2.bias [C]          mlp and norm != none
+//   h.{l}.mlp.fc.weight [C, F], .bias [F]             mlp only
+//   h.{l}.mlp.proj.weight [F, C], .bias [C]           mlp only
+//   h.{l}.rezero [2]                                  ReZero: alpha for attention and MLP
+//   ln_f.weight [C], ln_f.bias [C]                    pre-LN only
+//   lm_head [V, C]                                    untied only
+#ifndef ATTNLAB_MODEL_PARAMETERS_H_
+#define ATTNLAB_MODEL_PARAMETERS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attnlab/model_config.h"
+#include "core/aligned_buffer.h"
+
+namespace attnlab {
+
+enum class ParamInit { kNormal, kNormalResidual, kZeros, kOnes };
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // into the flat buffer
+  int64_t size = 0;    // number of floats
+  bool decay = false;  // AdamW weight decay applies (matrices and embeddings, as nanoGPT)
+  ParamInit init = ParamInit::kNormal;
+};
+
+// Pointers into the flat buffer for one layer; null where the configuration has no such tensor.
+struct LayerParams {
+  float *ln1_w = nullptr, *ln1_b = nullptr;
+  float *qkv_w = nullptr, *qkv_b = nullptr;
+  float *proj_w = nullptr, *proj_b = nullptr;
+  float *gate_w = nullptr, *gate_b = nullptr;
+  float* sink = nullptr;
+  float *ln2_w = nullptr, *ln2_b = nullptr;
+  float *fc_w = nullptr, *fc_b = nullptr;
+  float *fcproj_w = nullptr, *fcproj_b = nullptr;
+  float* rezero = nullptr;
+};
+
+struct ModelParams {
+  float* wte = nullptr;
+  float* wpe = nullptr;
+  float* sink_token = nullptr;
+  float *lnf_w = nullptr, *lnf_b = nullptr;
+  float* lm_head = nullptr;  // == wte when tied
+  std::vector<LayerParams> layers;
+};
+
+// The layout of every parameter a configuration implies, in a fixed order.
+std::vector<ParamInfo> ParameterLayout(const ModelConfig& c);
+
+// A flat buffer laid out by ParameterLayout plus typed pointers into it. Gradients and optimizer
+// moments use the same class, so slices line up one to one.
+class ParameterStore {
+ public:
+  ParameterStore() = default;
+  explicit ParameterStore(const ModelConfig& c);
+  ParameterStore(ParameterStore&&) = default;
+  ParameterStore& operator=(ParameterStore&&) = default;
+
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  const ParamInfo* Find(const std::string& name) const;
+  float* data() { return buffer_.data(); }
+  const float* data() const { return buffer_.data(); }
+  int64_t size() const { return static_cast<int64_t>(buffer_.size()); }
+  float* Slice(const ParamInfo& p) { return buffer_.data() + p.offset; }
+  const float* Slice(const ParamInfo& p) const { return buffer_.data() + p.offset; }
+  const ModelParams& ptrs() const { return ptrs_; }
+  void Zero() { buffer_.Zero(); }
+
+  // GPT-2 initialisation: N(0, init_std) for weights, N(0, init_std / sqrt(2 n_layer)) for
+  // residual output projections (if scale_residual_init), zeros for biases and ReZero alphas,
+  // ones for norm gains. Deterministic in seed.
+  void Initialize(const ModelConfig& c, uint64_t seed);
+
+ private:
+  void BindPointers(const ModelConfig& c);
+  std::vector<ParamInfo> infos_;
+  std::map<std::string, size_t> index_;
+  AlignedBuffer<float> buffer_;
+  ModelParams ptrs_;
+};
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_MODEL_PARAMETERS_H_
