@@ -26,6 +26,12 @@ inline void Check(const Status& st, const std::string& context = "") {
 void RegisterAttentionCommand(CLI::App& app);  // cmd_attention.cc
 void RegisterMemoryCommand(CLI::App& app);     // cmd_memory.cc
 void RegisterBenchCommand(CLI::App& app);      // cmd_bench.cc
+void RegisterTokenizeCommand(CLI::App& app);   // cmd_tokenize.cc
+void RegisterPrepareCommand(CLI::App& app);    // cmd_prepare.cc
+void RegisterTrainCommand(CLI::App& app);      // cmd_train.cc
+void RegisterGenerateCommand(CLI::App& app);   // cmd_generate.cc
+void RegisterEvalCommand(CLI::App& app);       // cmd_eval.cc
+void RegisterLogitsCommand(CLI::App& app);     // cmd_logits.cc
 
 }  // namespace attnlab::cli
 

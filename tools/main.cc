@@ -18,6 +18,12 @@ int main(int argc, char** argv) {
   attnlab::cli::RegisterAttentionCommand(app);
   attnlab::cli::RegisterMemoryCommand(app);
   attnlab::cli::RegisterBenchCommand(app);
+  attnlab::cli::RegisterTokenizeCommand(app);
+  attnlab::cli::RegisterPrepareCommand(app);
+  attnlab::cli::RegisterTrainCommand(app);
+  attnlab::cli::RegisterGenerateCommand(app);
+  attnlab::cli::RegisterEvalCommand(app);
+  attnlab::cli::RegisterLogitsCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -56,11 +56,12 @@ struct ModelConfig {
   ResidualScale residual_scale = ResidualScale::kOne;
   // Attention.
   SoftmaxKind softmax = SoftmaxKind::kStandard;
-  float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(context)
+  float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(max_positions())
   bool output_gate = false;
   bool mask_first_key = false;
   bool sink_token = false;
-  int64_t attention_window = -1;  // causal sliding window (keys i-w..i); -1: full causal
+  int64_t attention_window = -1;  // causal sliding window (keys i-w..i, plus the sink token
+                                  // if any); -1: full causal
   // Initialisation.
   float init_std = 0.02f;
   bool scale_residual_init = true;  // GPT-2: output projections get std / sqrt(2 n_layer)

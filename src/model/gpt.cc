@@ -205,6 +205,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   ap.mask.causal = true;
   ap.mask.mask_first_key = c.mask_first_key;
   if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
+  ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
   ap.softmax = c.softmax;
   ap.sigmoid_bias = c.effective_sigmoid_bias();
   ap.pool = &tp;
@@ -388,6 +389,7 @@ Status Gpt::Backward(float grad_scale) {
   ap.mask.causal = true;
   ap.mask.mask_first_key = c.mask_first_key;
   if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
+  ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
   ap.softmax = c.softmax;
   ap.sigmoid_bias = c.effective_sigmoid_bias();
   ap.pool = &tp;
@@ -412,7 +414,7 @@ Status Gpt::Backward(float grad_scale) {
       // s2 = mid + alpha2 m (or m): d_mid = d_s2 (residual), d_m = alpha2 d_s2.
       const float* m = a.m.data() + l * N * C;
       const float alpha2 = lp.rezero ? lp.rezero[1] : fixed_scale;
-      if (lg.rezero) lg.rezero[1] += static_cast<float>(Dot(N * C, ds2, m, tp));
+      if (lg.rezero && c.residual) lg.rezero[1] += static_cast<float>(Dot(N * C, ds2, m, tp));
       float* dm = d_in_.data();
       tp.ParallelFor(N, [&](int64_t n, int) {
         for (int64_t i = n * C; i < (n + 1) * C; ++i) {
@@ -451,7 +453,7 @@ Status Gpt::Backward(float grad_scale) {
     // s1 = x + alpha1 o (or o): dx = d_s1 (residual), d_o = alpha1 d_s1.
     const float* o = a.o.data() + l * N * C;
     const float alpha1 = lp.rezero ? lp.rezero[0] : fixed_scale;
-    if (lg.rezero) lg.rezero[0] += static_cast<float>(Dot(N * C, ds1, o, tp));
+    if (lg.rezero && c.residual) lg.rezero[0] += static_cast<float>(Dot(N * C, ds1, o, tp));
     float* d_o = d_in_.data();
     float* dx = d_res_.data();
     tp.ParallelFor(N, [&](int64_t n, int) {

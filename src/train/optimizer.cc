@@ -41,6 +41,7 @@ AdamW::AdamW(const ModelConfig& model, const AdamWConfig& config)
 double AdamW::Step(ParameterStore& params, ParameterStore& grads, ThreadPool* pool) {
   ThreadPool& tp = pool ? *pool : DefaultThreadPool();
   const double norm = GradientNorm(grads, &tp);
+  if (!std::isfinite(norm)) return norm;  // NaN/Inf gradients: no update (the caller decides)
   float clip = 1.0f;
   if (config_.grad_clip > 0 && norm > config_.grad_clip) {
     clip = static_cast<float>(config_.grad_clip / norm);

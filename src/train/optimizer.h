@@ -39,7 +39,8 @@ class AdamW {
 
   // One update: clips grads by global norm (scaling them in place), then
   // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr (m^ / (sqrt(v^) + eps) + wd p),
-  // with bias-corrected m^, v^. Returns the pre-clipping gradient norm.
+  // with bias-corrected m^, v^. Returns the pre-clipping gradient norm. If that norm is NaN or
+  // Inf nothing is updated (step() does not advance).
   double Step(ParameterStore& params, ParameterStore& grads, ThreadPool* pool = nullptr);
 
  private:

@@ -1,0 +1,234 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "attnlab/thread_pool.h"
+#include "core/atomic_file.h"
+#include "model/checkpoint.h"
+#include "train/token_data.h"
+
+namespace attnlab {
+
+namespace {
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", static_cast<long>(s / 3600),
+                  static_cast<long>((s / 60) % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", static_cast<long>(s / 60),
+                  static_cast<long>(s % 60));
+  }
+  return buf;
+}
+
+// Keeps the log records with step <= max_step (a run resumed from an earlier checkpoint than the
+// log's end replays those steps and must not duplicate them).
+std::string TruncateLogAfter(const std::string& log, int64_t max_step) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t end = log.find('\n', pos);
+    if (end == std::string::npos) end = log.size();
+    const std::string line = log.substr(pos, end - pos);
+    pos = end + 1;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() <= max_step) {
+      out += line + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json TrainOptions::ToJson() const {
+  return nlohmann::json{{"batch", batch},
+                        {"seq_len", seq_len},
+                        {"accum", accum},
+                        {"steps", steps},
+                        {"seed", seed},
+                        {"bos", bos},
+                        {"lr", opt.lr},
+                        {"min_lr", opt.min_lr},
+                        {"beta1", opt.beta1},
+                        {"beta2", opt.beta2},
+                        {"weight_decay", opt.weight_decay},
+                        {"warmup_steps", opt.warmup_steps},
+                        {"grad_clip", opt.grad_clip},
+                        {"eval_every", eval_every},
+                        {"eval_batches", eval_batches},
+                        {"threads", DefaultThreadCount()}};
+}
+
+Trainer::Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_tokens,
+                 std::vector<int32_t> val_tokens)
+    : model_(model),
+      options_(std::move(options)),
+      train_(std::move(train_tokens)),
+      val_(std::move(val_tokens)),
+      opt_(model->config(), options_.opt) {
+  seq_len_ = options_.seq_len > 0 ? options_.seq_len : model->config().context;
+  opt_ = AdamW(model->config(), [&] {
+    AdamWConfig c = options_.opt;
+    c.total_steps = options_.steps;
+    return c;
+  }());
+  inputs_.resize(options_.batch * seq_len_);
+  targets_.resize(options_.batch * seq_len_);
+}
+
+Status Trainer::RestoreOptimizer(const ParameterStore& m, const ParameterStore& v, int64_t step) {
+  if (m.size() != opt_.m().size() || v.size() != opt_.v().size()) {
+    return Status::InvalidArgument("optimizer state does not match the model's parameters");
+  }
+  std::copy(m.data(), m.data() + m.size(), opt_.m().data());
+  std::copy(v.data(), v.data() + v.size(), opt_.v().data());
+  opt_.set_step(step);
+  return Status::Ok();
+}
+
+Result<double> Trainer::Evaluate() {
+  const int64_t B = options_.batch, T = seq_len_;
+  double total = 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < options_.eval_batches; ++i) {
+    if (!EvalBatch(val_, i, B, T, options_.bos, inputs_.data(), targets_.data())) break;
+    double loss = 0;
+    ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
+    total += loss;
+    ++n;
+  }
+  if (n == 0) {
+    return Status::InvalidArgument("validation data has fewer than " +
+                                   std::to_string(B * (T + 1)) + " tokens (one batch)");
+  }
+  return total / n;
+}
+
+Status Trainer::SaveCheckpointNow() {
+  if (options_.out_dir.empty()) return Status::Ok();
+  nlohmann::json meta = options_.meta;
+  meta["step"] = opt_.step();
+  meta["trainer"] = options_.ToJson();
+  return SaveCheckpoint(options_.out_dir, model_->config(), model_->params(), &opt_.m(),
+                        &opt_.v(), meta);
+}
+
+Status Trainer::Run(int64_t until) {
+  const int64_t stop = until >= 0 ? std::min(until, options_.steps) : options_.steps;
+  const int64_t B = options_.batch, T = seq_len_;
+  if (static_cast<int64_t>(train_.size()) <= T + 1) {
+    return Status::InvalidArgument("training data has " + std::to_string(train_.size()) +
+                                   " tokens; need more than seq_len + 1 = " + std::to_string(T + 1));
+  }
+  if (T > model_->config().context) {
+    return Status::InvalidArgument("seq_len " + std::to_string(T) + " exceeds the context " +
+                                   std::to_string(model_->config().context));
+  }
+  // The log (one JSON record per step) sits next to the checkpoint and is rewritten atomically
+  // with every checkpoint, so it never runs ahead of, or is lost with, the saved state.
+  std::string log_path, log_text;
+  if (!options_.out_dir.empty()) {
+    log_path = options_.out_dir + ".log.jsonl";
+    auto old = ReadFileToString(log_path, int64_t{1} << 30);
+    if (old.ok()) log_text = TruncateLogAfter(old.value(), opt_.step());
+  }
+  auto save = [&]() -> Status {
+    ATTNLAB_RETURN_IF_ERROR(SaveCheckpointNow());
+    if (!log_path.empty()) ATTNLAB_RETURN_IF_ERROR(WriteFileAtomically(log_path, log_text));
+    return Status::Ok();
+  };
+  const auto t_start = std::chrono::steady_clock::now();
+  auto t_last = t_start;
+  int64_t tokens_since = 0, bad = 0;
+  const int64_t start_step = opt_.step();
+  while (opt_.step() < stop) {
+    const int64_t step = opt_.step();
+    model_->grads().Zero();
+    double loss_sum = 0;
+    bool finite = true;
+    for (int64_t a = 0; a < options_.accum; ++a) {
+      SampleBatch(train_, options_.seed, step * options_.accum + a, B, T, options_.bos,
+                  inputs_.data(), targets_.data());
+      double loss = 0;
+      ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
+      if (!std::isfinite(loss)) {
+        finite = false;
+        break;
+      }
+      ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
+      loss_sum += loss;
+    }
+    double extra = 0;
+    if (finite && options_.auxiliary) {
+      ATTNLAB_RETURN_IF_ERROR(options_.auxiliary(*model_, &extra));
+    }
+    TrainRecord rec;
+    rec.lr = LearningRateAt(opt_.config(), step);
+    rec.loss = loss_sum / options_.accum;
+    double norm = NAN;
+    if (finite) norm = opt_.Step(model_->params(), model_->grads());
+    rec.grad_norm = norm;
+    rec.step = opt_.step();
+    if (!finite || !std::isfinite(norm)) {
+      rec.skipped = true;
+      rec.step = step;
+      ++bad;
+      std::fprintf(stderr, "step %ld: %s; update skipped (%ld in a row)\n",
+                   static_cast<long>(step + 1),
+                   finite ? "gradient norm is NaN/Inf" : "loss is NaN/Inf", static_cast<long>(bad));
+      if (bad >= options_.max_bad_steps) {
+        return Status::Internal("training stopped: " + std::to_string(bad) +
+                                " consecutive steps with NaN/Inf loss or gradients (lower the "
+                                "learning rate, check the data)");
+      }
+      // The batch is a function of the step, so a skipped step must still advance it.
+      opt_.set_step(step + 1);
+      rec.step = step + 1;
+    } else {
+      bad = 0;
+    }
+    tokens_since += B * T * options_.accum;
+    const bool last = opt_.step() >= stop;
+    if (last || (options_.eval_every > 0 && opt_.step() % options_.eval_every == 0)) {
+      ATTNLAB_ASSIGN_OR_RETURN(rec.val_loss, Evaluate());
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - t_last).count();
+    if (last || opt_.step() % std::max<int64_t>(1, options_.log_every) == 0 || rec.val_loss >= 0) {
+      rec.tokens_per_s = dt > 0 ? tokens_since / dt : 0;
+      const double elapsed = std::chrono::duration<double>(now - t_start).count();
+      const double done = static_cast<double>(opt_.step() - start_step);
+      const double eta = done > 0 ? elapsed / done * (stop - opt_.step()) : 0;
+      if (!options_.quiet) {
+        std::fprintf(stderr, "step %5ld/%ld | loss %.4f | lr %.2e | grad %.2f | %6.0f tok/s | ETA %s",
+                     static_cast<long>(opt_.step()), static_cast<long>(options_.steps), rec.loss,
+                     rec.lr, rec.grad_norm, rec.tokens_per_s, FormatDuration(eta).c_str());
+        if (rec.val_loss >= 0) std::fprintf(stderr, " | val %.4f", rec.val_loss);
+        std::fprintf(stderr, "\n");
+      }
+      t_last = now;
+      tokens_since = 0;
+    }
+    history_.push_back(rec);
+    if (!log_path.empty()) {
+      nlohmann::json j{{"step", rec.step}, {"loss", rec.loss}, {"lr", rec.lr},
+                       {"grad_norm", std::isfinite(rec.grad_norm) ? rec.grad_norm : -1.0}};
+      if (rec.val_loss >= 0) j["val_loss"] = rec.val_loss;
+      if (rec.skipped) j["skipped"] = true;
+      log_text += j.dump() + "\n";
+    }
+    if (options_.checkpoint_every > 0 && opt_.step() % options_.checkpoint_every == 0 && !last) {
+      ATTNLAB_RETURN_IF_ERROR(save());
+    }
+  }
+  return save();
+}
+
+}  // namespace attnlab

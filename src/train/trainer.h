@@ -1,0 +1,87 @@
+// The training loop: batches from a token file, forward/backward with gradient accumulation,
+// AdamW, periodic validation, atomic checkpoints, exact resume, a progress line.
+//
+// Reproducibility: batches are a pure function of (seed, step) (token_data.h), the model and
+// optimizer are bit-deterministic for a fixed thread count, and a checkpoint stores parameters,
+// both AdamW moments and the step. A run resumed from step s therefore produces exactly the
+// losses of the uninterrupted run from step s on.
+#ifndef ATTNLAB_TRAIN_TRAINER_H_
+#define ATTNLAB_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnlab/status.h"
+#include "model/gpt.h"
+#include "train/optimizer.h"
+
+namespace attnlab {
+
+struct TrainOptions {
+  int64_t batch = 16;     // sequences per micro-batch
+  int64_t seq_len = 0;    // tokens per sequence; 0: the model's context
+  int64_t accum = 1;      // micro-batches per optimizer step
+  int64_t steps = 1000;   // optimizer steps in total
+  uint64_t seed = 1;      // batch sampling (and nothing else: init has its own seed)
+  int32_t bos = -1;       // >= 0: every sequence starts with this token
+  AdamWConfig opt;
+  int64_t eval_every = 100;  // steps; 0: only at the end
+  int64_t eval_batches = 16;
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 0;  // steps; 0: only at the end (if out_dir is set)
+  std::string out_dir;           // checkpoint directory (and train_log.jsonl next to it)
+  int64_t max_bad_steps = 20;    // consecutive NaN/Inf steps before giving up
+  // Auxiliary losses (experiments): a head-diversity penalty and a contrastive loss between
+  // layers are applied by the callback after each Backward, adding to gradients.
+  std::function<Status(Gpt&, double* extra_loss)> auxiliary;
+  bool quiet = false;  // no progress line (tests)
+  nlohmann::json meta = nlohmann::json::object();  // stored in checkpoints (tokenizer, data...)
+
+  nlohmann::json ToJson() const;
+};
+
+struct TrainRecord {
+  int64_t step = 0;  // optimizer steps done after this record's update
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  double val_loss = -1;  // < 0: not evaluated at this step
+  bool skipped = false;  // NaN/Inf: the update was skipped
+};
+
+class Trainer {
+ public:
+  // REQUIRES: model outlives the trainer; train tokens longer than seq_len + 1.
+  Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_tokens,
+          std::vector<int32_t> val_tokens);
+
+  // Restores the optimizer state and step from a resumable checkpoint's moments.
+  Status RestoreOptimizer(const ParameterStore& m, const ParameterStore& v, int64_t step);
+
+  // Trains from the current step until options.steps (or until `until` if it is smaller; the
+  // schedule still spans options.steps, so stopping early and resuming later is the same run).
+  // Writes checkpoints when out_dir is set, always one at the point where it stops.
+  Status Run(int64_t until = -1);
+
+  // Mean validation loss over options.eval_batches batches of validation windows.
+  Result<double> Evaluate();
+
+  const std::vector<TrainRecord>& history() const { return history_; }
+  int64_t step() const { return opt_.step(); }
+  AdamW& optimizer() { return opt_; }
+  Status SaveCheckpointNow();
+
+ private:
+  Gpt* model_;
+  TrainOptions options_;
+  std::vector<int32_t> train_, val_;
+  AdamW opt_;
+  std::vector<TrainRecord> history_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t seq_len_ = 0;
+};
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_TRAIN_TRAINER_H_

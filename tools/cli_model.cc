@@ -1,0 +1,101 @@
+#include "cli_model.h"
+
+#include "commands.h"
+#include "core/atomic_file.h"
+#include "core/resources.h"
+#include "model/tokenizer_spec.h"
+
+namespace attnlab::cli {
+
+CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenizer_flag,
+                      bool need_tokenizer) {
+  std::string path = model_flag;
+  if (path.empty()) {
+    path = FindResource(kDefaultModelPath);
+    if (path.empty()) {
+      throw CommandError(std::string("no --model given and the embedded default (") +
+                         kDefaultModelPath + ") was not found");
+    }
+  }
+  auto loaded = LoadAnyModel(path);
+  Check(loaded.status(), "--model " + path);
+  CliModel m;
+  m.path = loaded.value().path;
+  m.format = loaded.value().format;
+  m.meta = loaded.value().meta;
+  for (const std::string& note : loaded.value().notes) {
+    std::fprintf(stderr, "note: %s\n", note.c_str());
+  }
+  auto gpt = MakeGpt(loaded.value());
+  Check(gpt.status());
+  m.gpt = std::move(gpt).value();
+  Result<std::unique_ptr<Tokenizer>> tok = Status::NotFound("no tokenizer");
+  if (!tokenizer_flag.empty()) {
+    auto spec = TokenizerJsonFromFlag(tokenizer_flag);
+    Check(spec.status(), "--tokenizer");
+    tok = TokenizerFromJson(spec.value());
+    Check(tok.status(), "--tokenizer");
+  } else if (m.meta.is_object() && m.meta.contains("tokenizer")) {
+    tok = TokenizerFromJson(m.meta["tokenizer"]);
+    Check(tok.status(), "the model's tokenizer");
+  } else if (m.format == "hf-gpt2" || m.format == "llm.c") {
+    tok = LoadBundledGpt2Tokenizer();
+    if (need_tokenizer) Check(tok.status());
+  }
+  if (tok.ok()) {
+    m.tokenizer = std::move(tok).value();
+    const int64_t v = m.gpt->config().vocab_size;
+    if (m.tokenizer->vocab_size() != v) {
+      throw CommandError("the tokenizer (" + m.tokenizer->name() + ", " +
+                         std::to_string(m.tokenizer->vocab_size()) +
+                         " ids) does not match the model's vocabulary of " + std::to_string(v));
+    }
+  } else if (need_tokenizer) {
+    throw CommandError("the model carries no tokenizer; pass --tokenizer byte|gpt2|VOCAB.json");
+  }
+  return m;
+}
+
+bool TrainedWithBos(const CliModel& m) {
+  if (!m.tokenizer || !m.tokenizer->bos_id() || !m.meta.is_object()) return false;
+  auto it = m.meta.find("trainer");
+  if (it == m.meta.end() || !it->is_object()) return false;
+  auto b = it->find("bos");
+  return b != it->end() && b->is_number_integer() && b->get<int64_t>() >= 0;
+}
+
+std::string ReadTextInput(const std::string& text_file, const std::string& prompt) {
+  if (!text_file.empty() && !prompt.empty()) throw CommandError("give --text or --prompt, not both");
+  if (text_file.empty() && prompt.empty()) throw CommandError("give --text FILE or --prompt STR");
+  if (!prompt.empty()) return prompt;
+  auto r = ReadFileToString(text_file, int64_t{4} << 30);
+  Check(r.status(), "--text");
+  if (r.value().empty()) throw CommandError("--text " + text_file + " is empty");
+  return std::move(r).value();
+}
+
+std::vector<int32_t> ParseTokenList(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(pos, end - pos);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX) {
+      throw CommandError("--tokens: expected non-negative integers separated by commas, got '" +
+                         item + "'");
+    }
+    out.push_back(static_cast<int32_t>(v));
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace attnlab::cli

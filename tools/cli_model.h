@@ -1,0 +1,42 @@
+// Loading a model and its tokenizer for a CLI command: any format LoadAnyModel knows, the
+// embedded default when --model is not given, and the tokenizer from --tokenizer, the
+// checkpoint's metadata, or GPT-2's files for GPT-2 weights. Errors throw CommandError.
+#ifndef ATTNLAB_TOOLS_CLI_MODEL_H_
+#define ATTNLAB_TOOLS_CLI_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnlab/tokenizer.h"
+#include "model/checkpoint.h"
+#include "model/gpt.h"
+
+namespace attnlab::cli {
+
+struct CliModel {
+  std::unique_ptr<Gpt> gpt;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when none could be determined and none needed
+  std::string path, format;
+  nlohmann::json meta;
+};
+
+// model_flag "" -> the embedded default (data/default-model). tokenizer_flag "" -> from the
+// model. need_tokenizer: throw if none can be found. The tokenizer's vocabulary must equal the
+// model's.
+CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenizer_flag,
+                      bool need_tokenizer);
+
+// Whether the model was trained with a BOS token at the start of every sequence (the trainer
+// records it in the checkpoint's metadata).
+bool TrainedWithBos(const CliModel& m);
+
+// Text for --text FILE / --prompt STR (exactly one), as bytes.
+std::string ReadTextInput(const std::string& text_file, const std::string& prompt);
+
+// Comma-separated token ids ("1,2,3").
+std::vector<int32_t> ParseTokenList(const std::string& s);
+
+}  // namespace attnlab::cli
+
+#endif  // ATTNLAB_TOOLS_CLI_MODEL_H_

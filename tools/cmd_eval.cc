@@ -1,0 +1,95 @@
+// `attnlab eval`: perplexity of a model on a text, over consecutive windows of its context.
+//
+//   attnlab eval [--model M] [--text FILE] [--max-tokens N]
+//
+// The text (default: the bundled sample) is tokenised, cut into non-overlapping windows of the
+// model's context (each starting with BOS when the model was trained that way), and every token
+// after the first of a window is scored.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cli_model.h"
+#include "commands.h"
+#include "core/resources.h"
+
+namespace attnlab::cli {
+namespace {
+
+struct EvalOptions {
+  std::string model, tokenizer, text;
+  int64_t max_tokens = 0;
+  bool json = false;
+};
+
+void Run(const EvalOptions& o) {
+  std::string path = o.text;
+  if (path.empty()) {
+    path = FindResource(kSampleTextPath);
+    if (path.empty()) throw CommandError("no --text given and the bundled sample text was not found");
+  }
+  const std::string text = ReadTextInput(path, "");
+  CliModel m = LoadCliModel(o.model, o.tokenizer, /*need_tokenizer=*/true);
+  Gpt& g = *m.gpt;
+  const ModelConfig& c = g.config();
+  auto enc = m.tokenizer->Encode(text);
+  Check(enc.status());
+  std::vector<int32_t> ids = std::move(enc).value();
+  if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
+  const bool bos = TrainedWithBos(m);
+  const int64_t T = c.context, N = static_cast<int64_t>(ids.size());
+  // Window w scores each token exactly once: with BOS, x = [BOS, ids[s .. s+T-2]] predicts
+  // ids[s .. s+T-1) (step T-1); without, x = ids[s .. s+T-1] predicts ids[s+1 .. s+T] (step T).
+  const int64_t step = bos ? T - 1 : T;
+  if (N < 2) throw CommandError("the text has fewer than 2 tokens");
+  const auto t0 = std::chrono::steady_clock::now();
+  double nll = 0;
+  int64_t scored = 0;
+  std::vector<int32_t> x, y;
+  for (int64_t s = 0; s < N; s += step) {
+    x.clear();
+    y.clear();
+    if (bos) {
+      x.push_back(*m.tokenizer->bos_id());
+      for (int64_t t = s; t < std::min(s + T - 1, N); ++t) x.push_back(ids[t]);
+      for (int64_t t = 0; t < static_cast<int64_t>(x.size()); ++t) y.push_back(s + t < N ? ids[s + t] : -1);
+    } else {
+      for (int64_t t = s; t < std::min(s + T, N); ++t) x.push_back(ids[t]);
+      for (int64_t t = 0; t < static_cast<int64_t>(x.size()); ++t) {
+        y.push_back(s + t + 1 < N ? ids[s + t + 1] : -1);
+      }
+    }
+    int64_t n = 0;
+    for (int32_t v : y) n += v >= 0;
+    if (n == 0) break;
+    double loss = 0;
+    Check(g.Forward(x.data(), y.data(), 1, static_cast<int64_t>(x.size()), &loss));
+    nll += loss * n;
+    scored += n;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mean = nll / scored;
+  if (o.json) {
+    std::printf("{\"tokens\": %ld, \"loss\": %.6f, \"perplexity\": %.4f, \"seconds\": %.3f}\n",
+                static_cast<long>(scored), mean, std::exp(mean), secs);
+  } else {
+    std::printf("%s on %s: %ld tokens scored, loss %.4f nats/token, perplexity %.3f (%.1f s)\n",
+                m.path.c_str(), path.c_str(), static_cast<long>(scored), mean, std::exp(mean), secs);
+  }
+}
+
+}  // namespace
+
+void RegisterEvalCommand(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* cmd = app.add_subcommand("eval", "Perplexity of a model on a text");
+  cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
+  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
+  cmd->add_option("--max-tokens", o->max_tokens, "score at most this many tokens (0 = all)");
+  cmd->add_flag("--json", o->json, "print JSON");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,307 @@
+// `attnlab train`: train a GPT on a prepared data directory (attnlab prepare).
+//
+//   attnlab train --data DIR --out CKPT [model flags] [training flags] [--config FILE] [--resume]
+//
+// --config FILE is JSON {"model": {ModelConfig keys}, "train": {training keys}}; flags given on
+// the command line override it. The vocabulary comes from the data's tokenizer. Progress goes to
+// stderr every --log-every steps; validation every --eval-every steps; a checkpoint (atomic) every
+// --checkpoint-every steps and at the end, with the tokenizer inside, so the checkpoint alone is
+// enough for generate, eval and analyze. --resume continues from CKPT exactly (same flags).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "attnlab/thread_pool.h"
+#include "commands.h"
+#include "core/atomic_file.h"
+#include "model/checkpoint.h"
+#include "model/tokenizer_spec.h"
+#include "train/token_data.h"
+#include "train/trainer.h"
+
+namespace attnlab::cli {
+namespace {
+
+using nlohmann::json;
+
+struct TrainFlags {
+  std::string config_file, data, out;
+  bool resume = false;
+  json model = json::object();  // flags given, as ModelConfig JSON keys
+  json train = json::object();  // flags given, as training keys
+};
+
+// Training keys and their defaults (the JSON config's "train" object accepts exactly these).
+json DefaultTrainJson() {
+  TrainOptions d;
+  return json{{"batch", d.batch},
+              {"seq_len", d.seq_len},
+              {"accum", d.accum},
+              {"steps", d.steps},
+              {"lr", d.opt.lr},
+              {"min_lr", d.opt.min_lr},
+              {"warmup", d.opt.warmup_steps},
+              {"weight_decay", d.opt.weight_decay},
+              {"grad_clip", d.opt.grad_clip},
+              {"beta2", d.opt.beta2},
+              {"seed", d.seed},
+              {"init_seed", 1},
+              {"bos", false},
+              {"eval_every", d.eval_every},
+              {"eval_batches", d.eval_batches},
+              {"log_every", d.log_every},
+              {"checkpoint_every", 200}};
+}
+
+template <typename T>
+T Get(const json& j, const char* key) {
+  try {
+    return j.at(key).get<T>();
+  } catch (const std::exception&) {
+    throw CommandError(std::string("training option '") + key + "' has the wrong type");
+  }
+}
+
+void Run(TrainFlags f) {
+  // Merge: defaults <- config file <- flags.
+  json model = json::object(), train = DefaultTrainJson();
+  if (!f.config_file.empty()) {
+    auto text = ReadFileToString(f.config_file, int64_t{1} << 24);
+    Check(text.status(), "--config");
+    json cfg = json::parse(text.value(), nullptr, false);
+    if (cfg.is_discarded() || !cfg.is_object()) {
+      throw CommandError("--config " + f.config_file + ": not a JSON object");
+    }
+    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+      if (it.key() == "model" && it.value().is_object()) {
+        model.update(it.value());
+      } else if (it.key() == "train" && it.value().is_object()) {
+        for (auto t = it.value().begin(); t != it.value().end(); ++t) {
+          if (!train.contains(t.key())) {
+            throw CommandError("--config: unknown training key '" + t.key() + "'");
+          }
+          train[t.key()] = t.value();
+        }
+      } else if (it.key() == "data" && it.value().is_string() && f.data.empty()) {
+        f.data = it.value().get<std::string>();
+      } else {
+        throw CommandError("--config: unknown top-level key '" + it.key() +
+                           "' (expected model, train, data)");
+      }
+    }
+  }
+  model.update(f.model);
+  train.update(f.train);
+  if (f.data.empty()) throw CommandError("--data DIR is required (make one with attnlab prepare)");
+
+  // Data and tokenizer.
+  auto spec_text = ReadFileToString(f.data + "/tokenizer.json", int64_t{1} << 28);
+  Check(spec_text.status(), "--data (expected a directory made by attnlab prepare)");
+  json tok_spec = json::parse(spec_text.value(), nullptr, false);
+  auto tok = TokenizerFromJson(tok_spec);
+  Check(tok.status(), f.data + "/tokenizer.json");
+  auto train_tok = ReadTokenFile(f.data + "/train.tok");
+  Check(train_tok.status());
+  auto val_tok = ReadTokenFile(f.data + "/val.tok");
+  Check(val_tok.status());
+  if (train_tok.value().vocab_size != tok.value()->vocab_size()) {
+    throw CommandError("the data's tokens (vocabulary " +
+                       std::to_string(train_tok.value().vocab_size) +
+                       ") do not match its tokenizer (" +
+                       std::to_string(tok.value()->vocab_size()) + ")");
+  }
+  double unigram = -1;
+  if (auto c = ReadFileToString(f.data + "/corpus.json", 1 << 20); c.ok()) {
+    json cj = json::parse(c.value(), nullptr, false);
+    if (cj.is_object() && cj.contains("unigram_val_loss")) unigram = cj["unigram_val_loss"].get<double>();
+  }
+
+  // Model: from the checkpoint when resuming, else from the flags.
+  std::unique_ptr<Gpt> gpt;
+  LoadedCheckpoint ckpt;
+  if (f.resume) {
+    if (f.out.empty()) throw CommandError("--resume needs --out CKPT (the checkpoint to continue)");
+    auto r = LoadCheckpoint(f.out);
+    Check(r.status(), "--resume");
+    ckpt = std::move(r).value();
+    if (!ckpt.has_optimizer) {
+      throw CommandError("--resume: " + f.out + " has no optimizer state (not a training checkpoint)");
+    }
+    if (ckpt.meta.contains("train")) {
+      // The run is only the same run if the training flags are the same.
+      const json& was = ckpt.meta["train"];
+      for (const char* k : {"batch", "seq_len", "accum", "steps", "lr", "seed", "bos"}) {
+        if (was.contains(k) && train.contains(k) && was[k] != train[k]) {
+          throw CommandError(std::string("--resume: training option '") + k + "' was " +
+                             was[k].dump() + " in the checkpoint but is " + train[k].dump() +
+                             " now; resume with the same flags");
+        }
+      }
+    }
+    auto g = Gpt::Create(ckpt.config);
+    Check(g.status());
+    gpt = std::move(g).value();
+    Check(CopyParameters(ckpt.params, &gpt->params()));
+  } else {
+    model["vocab_size"] = tok.value()->vocab_size();
+    auto cfg = ModelConfigFromJson(model.dump());
+    Check(cfg.status(), "model configuration");
+    auto g = Gpt::Create(cfg.value());
+    Check(g.status());
+    gpt = std::move(g).value();
+    gpt->params().Initialize(cfg.value(), Get<uint64_t>(train, "init_seed"));
+  }
+  const ModelConfig& mc = gpt->config();
+  if (mc.vocab_size != tok.value()->vocab_size()) {
+    throw CommandError("the checkpoint's vocabulary (" + std::to_string(mc.vocab_size) +
+                       ") does not match the data's tokenizer (" +
+                       std::to_string(tok.value()->vocab_size()) + ")");
+  }
+
+  TrainOptions o;
+  o.batch = Get<int64_t>(train, "batch");
+  o.seq_len = Get<int64_t>(train, "seq_len");
+  o.accum = Get<int64_t>(train, "accum");
+  o.steps = Get<int64_t>(train, "steps");
+  o.opt.lr = Get<float>(train, "lr");
+  o.opt.min_lr = Get<float>(train, "min_lr");
+  o.opt.warmup_steps = Get<int64_t>(train, "warmup");
+  o.opt.weight_decay = Get<float>(train, "weight_decay");
+  o.opt.grad_clip = Get<float>(train, "grad_clip");
+  o.opt.beta2 = Get<float>(train, "beta2");
+  o.seed = Get<uint64_t>(train, "seed");
+  o.eval_every = Get<int64_t>(train, "eval_every");
+  o.eval_batches = Get<int64_t>(train, "eval_batches");
+  o.log_every = Get<int64_t>(train, "log_every");
+  o.checkpoint_every = Get<int64_t>(train, "checkpoint_every");
+  if (Get<bool>(train, "bos")) {
+    if (!tok.value()->bos_id()) throw CommandError("--bos: the tokenizer has no BOS token");
+    o.bos = *tok.value()->bos_id();
+  }
+  if (o.batch < 1 || o.accum < 1 || o.steps < 1 || o.seq_len < 0 || o.eval_batches < 1) {
+    throw CommandError("batch, accum, steps and eval_batches must be >= 1, seq_len >= 0");
+  }
+  if (!(o.opt.lr > 0) || !(o.opt.min_lr >= 0) || o.opt.warmup_steps < 0 ||
+      !(o.opt.weight_decay >= 0) || !(o.opt.beta2 > 0 && o.opt.beta2 < 1)) {
+    throw CommandError("lr must be > 0, min_lr >= 0, warmup >= 0, weight_decay >= 0, 0 < beta2 < 1");
+  }
+  const int64_t T = o.seq_len > 0 ? o.seq_len : mc.context;
+  if (T > mc.context) {
+    throw CommandError("seq_len " + std::to_string(T) + " exceeds the model's context " +
+                       std::to_string(mc.context));
+  }
+  o.out_dir = f.out;
+  o.meta = json{{"tokenizer", tok_spec}, {"data", f.data}};
+  o.meta["train"] = train;
+
+  std::fprintf(stderr,
+               "model: %ld layers, d_model %ld, %ld heads (head_dim %ld), context %ld, vocab %ld, "
+               "%.2fM parameters\ntraining: %ld steps x %ld sequences x %ld tokens (x%ld accum) "
+               "= %.1fM tokens on %d threads\n",
+               static_cast<long>(mc.n_layer), static_cast<long>(mc.d_model),
+               static_cast<long>(mc.n_head), static_cast<long>(mc.head_dim()),
+               static_cast<long>(mc.context), static_cast<long>(mc.vocab_size),
+               ModelParameterCount(mc) / 1e6, static_cast<long>(o.steps),
+               static_cast<long>(o.batch), static_cast<long>(T), static_cast<long>(o.accum),
+               o.steps * o.batch * T * o.accum / 1e6, DefaultThreadCount());
+  Trainer trainer(gpt.get(), o, std::move(train_tok.value().tokens),
+                  std::move(val_tok.value().tokens));
+  if (f.resume) {
+    Check(trainer.RestoreOptimizer(ckpt.m, ckpt.v, ckpt.optimizer_step));
+    std::fprintf(stderr, "resuming at step %ld from %s\n", static_cast<long>(trainer.step()),
+                 ckpt.loaded_from.c_str());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first = trainer.step();
+  Check(trainer.Run());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto& h = trainer.history();
+  double val = -1;
+  for (auto it = h.rbegin(); it != h.rend(); ++it) {
+    if (it->val_loss >= 0) {
+      val = it->val_loss;
+      break;
+    }
+  }
+  const double tokens = static_cast<double>(trainer.step() - first) * o.batch * T * o.accum;
+  std::printf("trained %ld steps in %.1f s (%.0f tokens/s)\n", static_cast<long>(trainer.step() - first),
+              secs, secs > 0 ? tokens / secs : 0.0);
+  if (!h.empty()) std::printf("  final train loss %.4f\n", h.back().loss);
+  if (val >= 0) {
+    std::printf("  validation loss  %.4f (perplexity %.2f)\n", val, std::exp(val));
+  }
+  if (unigram >= 0) std::printf("  unigram baseline %.4f (perplexity %.2f)\n", unigram, std::exp(unigram));
+  if (!f.out.empty()) std::printf("  checkpoint: %s (log: %s.log.jsonl)\n", f.out.c_str(), f.out.c_str());
+}
+
+}  // namespace
+
+void RegisterTrainCommand(CLI::App& app) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT on a data directory (attnlab prepare)");
+  cmd->add_option("--data", f->data, "data directory (train.tok, val.tok, tokenizer.json)");
+  cmd->add_option("--out", f->out, "checkpoint directory (written atomically)");
+  cmd->add_option("--config", f->config_file, "JSON {\"model\": {...}, \"train\": {...}}");
+  cmd->add_flag("--resume", f->resume, "continue the run saved in --out exactly");
+  // Model flags map onto ModelConfig JSON keys.
+  auto model_int = [&](const char* flag, const char* key, const char* help) {
+    cmd->add_option_function<int64_t>(flag, [f, key](int64_t v) { f->model[key] = v; }, help);
+  };
+  auto model_str = [&](const char* flag, const char* key, const char* help) {
+    cmd->add_option_function<std::string>(flag, [f, key](const std::string& v) { f->model[key] = v; }, help);
+  };
+  auto model_flag = [&](const char* flag, const char* key, bool value, const char* help) {
+    cmd->add_flag_function(flag, [f, key, value](int64_t) { f->model[key] = value; }, help);
+  };
+  model_int("--layers", "n_layer", "transformer blocks");
+  model_int("--d-model", "d_model", "residual width");
+  model_int("--heads", "n_head", "query heads");
+  model_int("--kv-heads", "n_kv_head", "key/value heads (GQA; 0 = heads)");
+  model_int("--context", "context", "longest sequence");
+  model_int("--mlp-hidden", "mlp_hidden", "MLP width (0 = 4 d_model)");
+  model_int("--window", "attention_window", "causal sliding window (-1 = full)");
+  model_str("--position", "position", "learned | rope | none");
+  model_str("--norm", "norm", "pre | post | none");
+  model_str("--norm-type", "norm_type", "layernorm | rmsnorm");
+  model_str("--residual-scale", "residual_scale", "one | inv_sqrt_2l | rezero");
+  model_str("--softmax", "softmax", "standard | softmax1 | sink_logit | sigmoid");
+  model_flag("--gate", "output_gate", true, "head-wise output gate");
+  model_flag("--mask-first-key", "mask_first_key", true, "no query attends to token 0");
+  model_flag("--sink-token", "sink_token", true, "a learnable sink token before every sequence");
+  model_flag("--no-mlp", "mlp", false, "attention-only blocks");
+  model_flag("--no-residual", "residual", false, "no skip connections");
+  model_flag("--no-bias", "bias", false, "no biases");
+  model_flag("--untied", "tie_embeddings", false, "separate LM head");
+  cmd->add_option_function<double>("--init-std", [f](double v) { f->model["init_std"] = v; },
+                                   "weight init std (0.02)");
+  // Training flags.
+  auto train_int = [&](const char* flag, const char* key, const char* help) {
+    cmd->add_option_function<int64_t>(flag, [f, key](int64_t v) { f->train[key] = v; }, help);
+  };
+  auto train_num = [&](const char* flag, const char* key, const char* help) {
+    cmd->add_option_function<double>(flag, [f, key](double v) { f->train[key] = v; }, help);
+  };
+  train_int("--batch", "batch", "sequences per micro-batch (16)");
+  train_int("--seq-len", "seq_len", "tokens per sequence (0 = context)");
+  train_int("--accum", "accum", "micro-batches per step (1)");
+  train_int("--steps", "steps", "optimizer steps (1000)");
+  train_num("--lr", "lr", "peak learning rate (1e-3)");
+  train_num("--min-lr", "min_lr", "final learning rate (1e-4)");
+  train_int("--warmup", "warmup", "warmup steps (100)");
+  train_num("--weight-decay", "weight_decay", "AdamW weight decay (0.1)");
+  train_num("--grad-clip", "grad_clip", "global-norm clip (1.0; 0 = off)");
+  train_num("--beta2", "beta2", "AdamW beta2 (0.95)");
+  train_int("--seed", "seed", "batch sampling seed (1)");
+  train_int("--init-seed", "init_seed", "weight initialisation seed (1)");
+  train_int("--eval-every", "eval_every", "validate every n steps (100)");
+  train_int("--eval-batches", "eval_batches", "validation batches (16)");
+  train_int("--log-every", "log_every", "progress line every n steps (10)");
+  train_int("--checkpoint-every", "checkpoint_every", "checkpoint every n steps (200)");
+  cmd->add_flag_function("--bos", [f](int64_t) { f->train["bos"] = true; },
+                         "start every sequence with the tokenizer's BOS token");
+  cmd->callback([f] { Run(*f); });
+}
+
+}  // namespace attnlab::cli
