@@ -52,7 +52,8 @@ json DefaultTrainJson() {
               {"eval_every", d.eval_every},
               {"eval_batches", d.eval_batches},
               {"log_every", d.log_every},
-              {"checkpoint_every", 200}};
+              {"checkpoint_every", 200},
+              {"probe_every", 0}};
 }
 
 template <typename T>
@@ -176,6 +177,7 @@ void Run(TrainFlags f) {
   o.eval_batches = Get<int64_t>(train, "eval_batches");
   o.log_every = Get<int64_t>(train, "log_every");
   o.checkpoint_every = Get<int64_t>(train, "checkpoint_every");
+  o.probe_every = Get<int64_t>(train, "probe_every");
   if (Get<bool>(train, "bos")) {
     if (!tok.value()->bos_id()) throw CommandError("--bos: the tokenizer has no BOS token");
     o.bos = *tok.value()->bos_id();
@@ -299,6 +301,8 @@ void RegisterTrainCommand(CLI::App& app) {
   train_int("--eval-batches", "eval_batches", "validation batches (16)");
   train_int("--log-every", "log_every", "progress line every n steps (10)");
   train_int("--checkpoint-every", "checkpoint_every", "checkpoint every n steps (200)");
+  train_int("--probe-every", "probe_every",
+            "measure attention on token 0 every n steps (sink emergence; 0 = off)");
   cmd->add_flag_function("--bos", [f](int64_t) { f->train["bos"] = true; },
                          "start every sequence with the tokenizer's BOS token");
   cmd->callback([f] { Run(*f); });

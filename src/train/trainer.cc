@@ -6,6 +6,7 @@
 
 #include "attnlab/thread_pool.h"
 #include "core/atomic_file.h"
+#include "diagnostics/first_token_probe.h"
 #include "model/checkpoint.h"
 #include "train/token_data.h"
 
@@ -111,6 +112,22 @@ Result<double> Trainer::Evaluate() {
   return total / n;
 }
 
+Result<nlohmann::json> Trainer::ProbeFirstToken() {
+  const int64_t B = options_.batch, T = seq_len_;
+  if (!EvalBatch(val_, 0, B, T, options_.bos, inputs_.data(), targets_.data())) {
+    return Status::InvalidArgument("validation data is shorter than one batch");
+  }
+  FirstTokenProbe probe(model_->config());
+  model_->set_observer(&probe);
+  const Status st = model_->Forward(inputs_.data(), nullptr, B, T, nullptr);
+  model_->set_observer(nullptr);
+  ATTNLAB_RETURN_IF_ERROR(st);
+  return nlohmann::json{{"alpha1", probe.alpha1()},
+                        {"last_row", probe.last_row()},
+                        {"uniform_last", probe.uniform_last()},
+                        {"sink_rate", probe.SinkRate(0.3)}};
+}
+
 Status Trainer::SaveCheckpointNow() {
   if (options_.out_dir.empty()) return Status::Ok();
   nlohmann::json meta = options_.meta;
@@ -199,6 +216,9 @@ Status Trainer::Run(int64_t until) {
     if (last || (options_.eval_every > 0 && opt_.step() % options_.eval_every == 0)) {
       ATTNLAB_ASSIGN_OR_RETURN(rec.val_loss, Evaluate());
     }
+    if (options_.probe_every > 0 && (opt_.step() % options_.probe_every == 0 || last)) {
+      ATTNLAB_ASSIGN_OR_RETURN(rec.probe, ProbeFirstToken());
+    }
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - t_last).count();
     if (last || opt_.step() % std::max<int64_t>(1, options_.log_every) == 0 || rec.val_loss >= 0) {
@@ -211,6 +231,14 @@ Status Trainer::Run(int64_t until) {
                      static_cast<long>(opt_.step()), static_cast<long>(options_.steps), rec.loss,
                      rec.lr, rec.grad_norm, rec.tokens_per_s, FormatDuration(eta).c_str());
         if (rec.val_loss >= 0) std::fprintf(stderr, " | val %.4f", rec.val_loss);
+        if (!rec.probe.is_null()) {
+          double best = 0;
+          for (const auto& layer : rec.probe["alpha1"]) {
+            for (const auto& a : layer) best = std::max(best, a.get<double>());
+          }
+          std::fprintf(stderr, " | max alpha1 %.3f sink %.2f", best,
+                       rec.probe["sink_rate"].get<double>());
+        }
         std::fprintf(stderr, "\n");
       }
       t_last = now;
@@ -222,6 +250,7 @@ Status Trainer::Run(int64_t until) {
                        {"grad_norm", std::isfinite(rec.grad_norm) ? rec.grad_norm : -1.0}};
       if (rec.val_loss >= 0) j["val_loss"] = rec.val_loss;
       if (rec.skipped) j["skipped"] = true;
+      if (!rec.probe.is_null()) j["probe"] = rec.probe;
       log_text += j.dump() + "\n";
     }
     if (options_.checkpoint_every > 0 && opt_.step() % options_.checkpoint_every == 0 && !last) {

@@ -34,6 +34,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps; 0: only at the end (if out_dir is set)
   std::string out_dir;           // checkpoint directory (and train_log.jsonl next to it)
   int64_t max_bad_steps = 20;    // consecutive NaN/Inf steps before giving up
+  // Every probe_every steps (0: never), measure attention on the first token (alpha_1 per layer
+  // and head, Sink_1^0.3; diagnostics/first_token_probe.h) on the first validation batch and
+  // record it in the log: the sink-emergence curve.
+  int64_t probe_every = 0;
   // Auxiliary losses (experiments): a head-diversity penalty and a contrastive loss between
   // layers are applied by the callback after each Backward, adding to gradients.
   std::function<Status(Gpt&, double* extra_loss)> auxiliary;
@@ -48,6 +52,7 @@ struct TrainRecord {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   double val_loss = -1;  // < 0: not evaluated at this step
   bool skipped = false;  // NaN/Inf: the update was skipped
+  nlohmann::json probe;  // null, or {"alpha1": [[per head] per layer], "sink_rate": x, ...}
 };
 
 class Trainer {
@@ -66,6 +71,9 @@ class Trainer {
 
   // Mean validation loss over options.eval_batches batches of validation windows.
   Result<double> Evaluate();
+
+  // First-token attention on the first validation batch (see TrainOptions::probe_every).
+  Result<nlohmann::json> ProbeFirstToken();
 
   const std::vector<TrainRecord>& history() const { return history_; }
   int64_t step() const { return opt_.step(); }
