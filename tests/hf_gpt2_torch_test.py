@@ -25,7 +25,8 @@ The error of a correct fp32 implementation against the float64 truth is of the o
 same-precision reference's error, so (FlashAttention's rule, docs in /work/shared/CONVENTIONS.md)
     max |logits_attnlab - truth| <= 2 * max |logits_torch_fp32 - truth| + 2 u max |truth|
 where the last term covers the final rounding of both results to fp32. The observed ratio
-err/tol is printed. The bound is kept honest by a sensitivity check: a truth with the exact-erf
+err/tol is printed (0.83 at the default seed, 0.63-0.83 over seeds 1-4; the torch reference runs
+on one thread so its operation order, hence the bound, does not depend on the machine's cores). The bound is kept honest by a sensitivity check: a truth with the exact-erf
 GELU instead of the tanh approximation (a plausible mistake, and a small one) must be outside it,
 or the script fails because the test could not tell a wrong model from a right one.
 """
@@ -169,7 +170,7 @@ def main():
         print("SKIP: attnlab logits not available yet")
         return SKIP
     start = time.time()
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(1)  # a fixed operation order for the fp32 reference, on any machine
     w = make_weights(args.seed)
     rng = np.random.default_rng(args.seed)
     tokens = [0, VOCAB - 1] + [int(t) for t in rng.integers(0, VOCAB, N_TOKENS - 2)]

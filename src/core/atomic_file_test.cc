@@ -27,7 +27,8 @@ class AtomicFileTest : public ::testing::Test {
 
   std::vector<std::string> Entries() const {
     std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) out.push_back(e.path().filename());
+    for (const auto& e : std::filesystem::directory_iterator(dir_))
+      out.push_back(e.path().filename());
     std::sort(out.begin(), out.end());
     return out;
   }

@@ -7,9 +7,9 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -124,7 +124,8 @@ void RemoveStaleTempDirs(const std::string& dir) {
     const size_t dot = rest.find('.');
     if (dot == std::string::npos || dot == 0 || dot > 9) continue;
     bool digits = true;
-    for (size_t i = 0; i < dot; ++i) digits = digits && std::isdigit(static_cast<unsigned char>(rest[i]));
+    for (size_t i = 0; i < dot; ++i)
+      digits = digits && std::isdigit(static_cast<unsigned char>(rest[i]));
     if (!digits) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
     if (pid <= 0) continue;
@@ -171,13 +172,15 @@ Status CheckStoreLayout(const ParameterStore& s, const ModelConfig& c, const std
 }
 
 Status CheckStoreFinite(const ParameterStore& s, const std::string& what) {
-  for (const ParamInfo& p : s.infos()) ATTNLAB_RETURN_IF_ERROR(CheckFinite(s.Slice(p), p.size, what, p.name));
+  for (const ParamInfo& p : s.infos())
+    ATTNLAB_RETURN_IF_ERROR(CheckFinite(s.Slice(p), p.size, what, p.name));
   return Status::Ok();
 }
 
 std::vector<NamedTensor> StoreTensors(const ParameterStore& s, const std::string& prefix) {
   std::vector<NamedTensor> out;
-  for (const ParamInfo& p : s.infos()) out.push_back(NamedTensor::F32(prefix + p.name, p.shape, s.Slice(p)));
+  for (const ParamInfo& p : s.infos())
+    out.push_back(NamedTensor::F32(prefix + p.name, p.shape, s.Slice(p)));
   return out;
 }
 
@@ -274,9 +277,11 @@ Status WriteCheckpointFiles(const std::string& tmp, const ModelConfig& config,
     t.insert(t.end(), tv.begin(), tv.end());
     std::map<std::string, std::string> md{{"format", "attnlab-optimizer"}};
     auto step = meta.find("step");
-    if (step != meta.end() && step->is_number_integer()) md["step"] = std::to_string(step->get<int64_t>());
+    if (step != meta.end() && step->is_number_integer())
+      md["step"] = std::to_string(step->get<int64_t>());
     auto rng = meta.find("rng_state");
-    if (rng != meta.end()) md["rng_state"] = rng->is_string() ? rng->get<std::string>() : rng->dump();
+    if (rng != meta.end())
+      md["rng_state"] = rng->is_string() ? rng->get<std::string>() : rng->dump();
     ATTNLAB_RETURN_IF_ERROR(WriteSafetensors(tmp + "/" + kOptimizerFile, t, md));
   }
   return SyncDirectory(tmp);
@@ -299,9 +304,8 @@ Status CheckFinite(const float* x, int64_t n, const std::string& what, const std
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) {
       const char* kind = std::isnan(x[i]) ? "NaN" : (x[i] > 0 ? "+Inf" : "-Inf");
-      return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind +
-                                     " at index " + std::to_string(i) + " (of " +
-                                     std::to_string(n) + " values)");
+      return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind + " at index " +
+                                     std::to_string(i) + " (of " + std::to_string(n) + " values)");
     }
   }
   return Status::Ok();
@@ -368,7 +372,8 @@ Status SaveCheckpoint(const std::string& dir_in, const ModelConfig& config,
   if (kind == PathKind::kDirectory && !IsCheckpointDir(dir)) {
     if (::rmdir(dir.c_str()) != 0) {  // succeeds only if empty
       return Status::InvalidArgument(
-          what + ": " + dir + " exists and is not an attnlab checkpoint (no config.json with "
+          what + ": " + dir +
+          " exists and is not an attnlab checkpoint (no config.json with "
           "\"format\": \"attnlab-checkpoint\"); refusing to replace it. Hint: choose another path");
     }
   }
@@ -389,7 +394,8 @@ Status SaveCheckpoint(const std::string& dir_in, const ModelConfig& config,
   const std::string parent = ParentDirectory(dir);
   st = SyncDirectory(parent);
   if (!st.ok()) return fail(st);
-  if (CrashHere(internal::CheckpointCrashPoint::kAfterTempWritten)) return Status::Internal("simulated crash");
+  if (CrashHere(internal::CheckpointCrashPoint::kAfterTempWritten))
+    return Status::Internal("simulated crash");
 
   // 2. The current checkpoint (if any) to DIR.old. If DIR exists it is complete, so an existing
   // DIR.old is stale; if DIR is missing, DIR.old may be the only good copy and is kept until 3.
@@ -402,14 +408,16 @@ Status SaveCheckpoint(const std::string& dir_in, const ModelConfig& config,
     if (st.ok()) st = SyncDirectory(parent);
     if (!st.ok()) return fail(st);
   }
-  if (CrashHere(internal::CheckpointCrashPoint::kAfterOldMoved)) return Status::Internal("simulated crash");
+  if (CrashHere(internal::CheckpointCrashPoint::kAfterOldMoved))
+    return Status::Internal("simulated crash");
 
   // 3. The new checkpoint into place.
   st = Rename(tmp, dir);
   if (!st.ok()) return fail(st);  // DIR.old still holds the previous checkpoint
   st = SyncDirectory(parent);
   if (!st.ok()) return st.WithContext(what + " (the new checkpoint is in place)");
-  if (CrashHere(internal::CheckpointCrashPoint::kAfterNewMoved)) return Status::Internal("simulated crash");
+  if (CrashHere(internal::CheckpointCrashPoint::kAfterNewMoved))
+    return Status::Internal("simulated crash");
 
   // 4. Drop the previous checkpoint.
   if (KindOf(old) != PathKind::kMissing) {
@@ -455,7 +463,8 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir_in) {
   json cfg = std::move(cfg_or).value();
   if (!IsCheckpointConfig(cfg)) {
     return Status::InvalidArgument(config_path + ": expected \"format\": \"" +
-                                   std::string(kCheckpointFormat) + "\"; not an attnlab checkpoint");
+                                   std::string(kCheckpointFormat) +
+                                   "\"; not an attnlab checkpoint");
   }
   auto ver = cfg.find("version");
   if (ver == cfg.end() || !ver->is_number_integer()) {
@@ -463,8 +472,8 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir_in) {
   }
   if (ver->get<int64_t>() != kCheckpointVersion) {
     return Status::OutOfRange(config_path + ": checkpoint version " +
-                              std::to_string(ver->get<int64_t>()) + ", this attnlab reads version " +
-                              std::to_string(kCheckpointVersion));
+                              std::to_string(ver->get<int64_t>()) +
+                              ", this attnlab reads version " + std::to_string(kCheckpointVersion));
   }
   LoadedCheckpoint out;
   out.loaded_from = dir;
@@ -503,7 +512,8 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir_in) {
       errno = 0;
       const long long x = s.empty() ? -1 : std::strtoll(s.c_str(), &end, 10);
       if (s.empty() || *end != '\0' || errno != 0 || x < 0) {
-        return Status::Corrupt(opt_path + ": metadata step '" + s + "' is not a non-negative integer");
+        return Status::Corrupt(opt_path + ": metadata step '" + s +
+                               "' is not a non-negative integer");
       }
       out.optimizer_step = x;
       auto ms = out.meta.find("step");
@@ -550,7 +560,8 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
       return Status::NotFound(path + ": no such file or directory");
     }
     case PathKind::kOther:
-      return Status::InvalidArgument(path + ": not a model: not a regular file or directory; " + expected);
+      return Status::InvalidArgument(path + ": not a model: not a regular file or directory; " +
+                                     expected);
     case PathKind::kDirectory: {
       const std::string dir = NormalizeDir(path).ok() ? *NormalizeDir(path) : path;
       const std::string cfg = dir + "/" + kConfigFile;
@@ -562,7 +573,8 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
       if (KindOf(dir + "/" + kModelFile) == PathKind::kFile) return LoadHfGpt2(dir);
       if (KindOf(dir + "/pytorch_model.bin") == PathKind::kFile) {
         return Status::InvalidArgument(
-            path + ": not a model attnlab reads: only pytorch_model.bin (a pickle) is there. Hint: "
+            path +
+            ": not a model attnlab reads: only pytorch_model.bin (a pickle) is there. Hint: "
             "save it as safetensors (model.save_pretrained(dir, safe_serialization=True))");
       }
       return Status::InvalidArgument(path + ": not a model: " + expected);
@@ -591,7 +603,8 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
     if (j.ok() && IsCheckpointConfig(*j)) return from_checkpoint(ParentDirectory(path));
   }
   if (first.rfind("PK\x03\x04", 0) == 0) {
-    return Status::InvalidArgument(path + ": not a model attnlab reads: a zip file (PyTorch's "
+    return Status::InvalidArgument(path +
+                                   ": not a model attnlab reads: a zip file (PyTorch's "
                                    "torch.save format?). Hint: save the state dict as safetensors");
   }
   return Status::InvalidArgument(path + ": not a model: " + expected);

@@ -62,11 +62,11 @@ struct LoadedCheckpoint {
   ModelConfig config;
   ParameterStore params;  // laid out by ParameterLayout(config)
   bool has_optimizer = false;
-  ParameterStore m, v;    // AdamW moments when has_optimizer, else empty
-  int64_t optimizer_step = 0;  // from optimizer.safetensors (0 when absent)
-  std::string rng_state;       // from optimizer.safetensors ("" when absent)
+  ParameterStore m, v;                             // AdamW moments when has_optimizer, else empty
+  int64_t optimizer_step = 0;                      // from optimizer.safetensors (0 when absent)
+  std::string rng_state;                           // from optimizer.safetensors ("" when absent)
   nlohmann::json meta = nlohmann::json::object();  // the trainer's metadata
-  std::string loaded_from;     // DIR, or DIR.old after an interrupted save
+  std::string loaded_from;                         // DIR, or DIR.old after an interrupted save
 };
 
 // Loads DIR (or DIR.old when DIR is missing). Every tensor is checked against the layout the
@@ -84,10 +84,11 @@ bool IsCheckpointDir(const std::string& dir);
 // MakeGpt, which does both).
 struct LoadedModel {
   ModelConfig config;
-  ParameterStore params;          // laid out by ParameterLayout(config)
-  std::string format;             // "attnlab-checkpoint", "hf-gpt2" or "llm.c"
-  std::string path;               // what was read (e.g. DIR.old, or DIR/model.safetensors)
-  nlohmann::json meta = nlohmann::json::object();  // checkpoint: trainer metadata; others: source details
+  ParameterStore params;  // laid out by ParameterLayout(config)
+  std::string format;     // "attnlab-checkpoint", "hf-gpt2" or "llm.c"
+  std::string path;       // what was read (e.g. DIR.old, or DIR/model.safetensors)
+  nlohmann::json meta =
+      nlohmann::json::object();    // checkpoint: trainer metadata; others: source details
   std::vector<std::string> notes;  // assumptions made while loading, for the user to see
 };
 

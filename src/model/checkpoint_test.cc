@@ -24,8 +24,8 @@ namespace attnlab {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using internal::CheckpointCrashPoint;
+using nlohmann::json;
 
 ModelConfig SmallConfig() {
   ModelConfig c;
@@ -96,7 +96,8 @@ TEST_F(CheckpointTest, RoundTripsParametersConfigAndMeta) {
   c.sink_token = true;
   c.residual_scale = ResidualScale::kReZero;
   const ParameterStore p = RandomStore(c, 7);
-  const json meta = {{"step", 123}, {"tokenizer", {{"kind", "byte"}, {"vocab", 256}}}, {"lr", 3e-4}};
+  const json meta = {
+      {"step", 123}, {"tokenizer", {{"kind", "byte"}, {"vocab", 256}}}, {"lr", 3e-4}};
   ASSERT_TRUE(SaveCheckpoint(dir_ + "/", c, p, nullptr, nullptr, meta).ok());
   EXPECT_EQ(RootEntries(), std::vector<std::string>{"ckpt"});
   EXPECT_TRUE(fs::exists(dir_ + "/config.json"));
@@ -227,15 +228,18 @@ TEST_F(CheckpointTest, RejectsBadArguments) {
   ModelConfig other = cfg_;
   other.d_model = 32;
   const ParameterStore q = RandomStore(other, 1);
-  EXPECT_EQ(SaveCheckpoint(dir_, cfg_, q, nullptr, nullptr, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveCheckpoint(dir_, cfg_, q, nullptr, nullptr, {}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(SaveCheckpoint(dir_, cfg_, p, &p, nullptr, {}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SaveCheckpoint(dir_, cfg_, p, &p, &q, {}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SaveCheckpoint(dir_, cfg_, p, nullptr, nullptr, json::array()).code(),
             StatusCode::kInvalidArgument);
   ModelConfig invalid = cfg_;
   invalid.n_head = 5;
-  EXPECT_EQ(SaveCheckpoint(dir_, invalid, p, nullptr, nullptr, {}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SaveCheckpoint(".", cfg_, p, nullptr, nullptr, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveCheckpoint(dir_, invalid, p, nullptr, nullptr, {}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveCheckpoint(".", cfg_, p, nullptr, nullptr, {}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(SaveCheckpoint("", cfg_, p, nullptr, nullptr, {}).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(RootEntries().empty());
   // Null meta is stored as {}; parent directories are created.
@@ -288,7 +292,8 @@ class CheckpointCorruptionTest : public CheckpointTest {
   // model.safetensors rewritten from p_'s tensors after `edit`.
   void RewriteModel(const std::function<void(std::vector<NamedTensor>&)>& edit) {
     std::vector<NamedTensor> t;
-    for (const ParamInfo& i : p_.infos()) t.push_back(NamedTensor::F32(i.name, i.shape, p_.Slice(i)));
+    for (const ParamInfo& i : p_.infos())
+      t.push_back(NamedTensor::F32(i.name, i.shape, p_.Slice(i)));
     edit(t);
     ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", t).ok());
   }
@@ -309,7 +314,9 @@ TEST_F(CheckpointCorruptionTest, MissingTensor) {
 
 TEST_F(CheckpointCorruptionTest, ExtraTensor) {
   const float x = 1;
-  RewriteModel([&](std::vector<NamedTensor>& t) { t.push_back(NamedTensor::F32("h.2.ln1.weight", {1}, &x)); });
+  RewriteModel([&](std::vector<NamedTensor>& t) {
+    t.push_back(NamedTensor::F32("h.2.ln1.weight", {1}, &x));
+  });
   ExpectLoadError("unexpected tensor 'h.2.ln1.weight'");
 }
 
@@ -347,8 +354,10 @@ TEST_F(CheckpointCorruptionTest, TruncatedModelFile) {
 
 TEST_F(CheckpointCorruptionTest, OptimizerFromAnotherStep) {
   std::vector<NamedTensor> t;
-  for (const ParamInfo& i : m_.infos()) t.push_back(NamedTensor::F32("m." + i.name, i.shape, m_.Slice(i)));
-  for (const ParamInfo& i : v_.infos()) t.push_back(NamedTensor::F32("v." + i.name, i.shape, v_.Slice(i)));
+  for (const ParamInfo& i : m_.infos())
+    t.push_back(NamedTensor::F32("m." + i.name, i.shape, m_.Slice(i)));
+  for (const ParamInfo& i : v_.infos())
+    t.push_back(NamedTensor::F32("v." + i.name, i.shape, v_.Slice(i)));
   ASSERT_TRUE(WriteSafetensors(dir_ + "/optimizer.safetensors", t, {{"step", "8"}}).ok());
   ExpectLoadError("optimizer state is from step 8 but config.json says step 9");
   ASSERT_TRUE(WriteSafetensors(dir_ + "/optimizer.safetensors", t, {{"step", "x"}}).ok());

@@ -142,7 +142,8 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
     const bool in_layer = SplitLayer(name, &l, &rest);
     if (in_layer && (rest == "attn.bias" || rest == "attn.masked_bias")) continue;  // mask buffers
     if (!by_name.emplace(name, &t).second) {
-      return Status::Corrupt(fname + ": tensor '" + name + "' appears both with and without the "
+      return Status::Corrupt(fname + ": tensor '" + name +
+                             "' appears both with and without the "
                              "\"transformer.\" prefix");
     }
     if (in_layer) layers.insert(l);
@@ -176,10 +177,11 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
   ATTNLAB_RETURN_IF_ERROR(shape2("wte.weight", &V, &C));
   ATTNLAB_RETURN_IF_ERROR(shape2("wpe.weight", &P, &P_C));
   if (P_C != C) {
-    return Status::Corrupt(fname + ": wpe.weight has " + std::to_string(P_C) + " columns, wte.weight " +
-                           std::to_string(C));
+    return Status::Corrupt(fname + ": wpe.weight has " + std::to_string(P_C) +
+                           " columns, wte.weight " + std::to_string(C));
   }
-  if (layers.empty()) return Status::Corrupt(fname + ": no transformer blocks (tensors named h.N.*)");
+  if (layers.empty())
+    return Status::Corrupt(fname + ": no transformer blocks (tensors named h.N.*)");
   const int64_t L = static_cast<int64_t>(layers.size());
   if (*layers.rbegin() != L - 1) {
     int64_t missing = 0;
@@ -197,22 +199,26 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_embd", &x, &has));
   if (has) ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_embd", x, fname, "wte.weight columns", C));
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "vocab_size", &x, &has));
-  if (has) ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "vocab_size", x, fname, "wte.weight rows", V));
+  if (has)
+    ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "vocab_size", x, fname, "wte.weight rows", V));
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_layer", &x, &has));
   if (has) ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_layer", x, fname, "blocks h.N", L));
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_positions", &x, &has));
   if (!has) ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_ctx", &x, &has));
-  if (has) ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_positions", x, fname, "wpe.weight rows", P));
+  if (has)
+    ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_positions", x, fname, "wpe.weight rows", P));
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_inner", &x, &has));
-  if (has) ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_inner", x, fname, "mlp.c_fc.weight columns", F));
+  if (has)
+    ATTNLAB_RETURN_IF_ERROR(Agree(config_name, "n_inner", x, fname, "mlp.c_fc.weight columns", F));
   int64_t H = 0;
   ATTNLAB_RETURN_IF_ERROR(GetConfigInt(cfg, config_name, "n_head", &H, &has));
   if (!has) {
     if (C % 64 != 0) {
       return Status::InvalidArgument(
-          fname + ": the number of heads is not stored in the weights and there is no config.json "
-          "giving n_head; the GPT-2 default C / 64 does not apply to C = " + std::to_string(C) +
-          ". Hint: put a config.json with \"n_head\" next to the file");
+          fname +
+          ": the number of heads is not stored in the weights and there is no config.json "
+          "giving n_head; the GPT-2 default C / 64 does not apply to C = " +
+          std::to_string(C) + ". Hint: put a config.json with \"n_head\" next to the file");
     }
     H = C / 64;
     out.notes.push_back("no n_head in a config.json: assumed n_head = n_embd / 64 = " +
@@ -225,13 +231,15 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
       auto it = cfg->find(key);
       return it == cfg->end() || it->is_null() ? nullptr : &*it;
     };
-    if (const json* mt = get("model_type"); mt && !(mt->is_string() && mt->get<std::string>() == "gpt2")) {
+    if (const json* mt = get("model_type");
+        mt && !(mt->is_string() && mt->get<std::string>() == "gpt2")) {
       return Status::InvalidArgument(config_name + ": model_type " + mt->dump() +
                                      " is not \"gpt2\"; attnlab maps only GPT-2 weights");
     }
     if (const json* e = get("layer_norm_epsilon")) {
       if (!e->is_number() || !(e->get<double>() > 0)) {
-        return Status::InvalidArgument(config_name + ": layer_norm_epsilon must be a positive number");
+        return Status::InvalidArgument(config_name +
+                                       ": layer_norm_epsilon must be a positive number");
       }
       eps = e->get<float>();
     }
@@ -244,17 +252,21 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
       }
     }
     if (const json* s = get("scale_attn_weights"); s && !(s->is_boolean() && s->get<bool>())) {
-      return Status::InvalidArgument(config_name + ": scale_attn_weights must be true (attnlab "
+      return Status::InvalidArgument(config_name +
+                                     ": scale_attn_weights must be true (attnlab "
                                      "scales scores by 1/sqrt(head_dim))");
     }
-    if (const json* s = get("scale_attn_by_inverse_layer_idx"); s && !(s->is_boolean() && !s->get<bool>())) {
-      return Status::InvalidArgument(config_name + ": scale_attn_by_inverse_layer_idx is not supported");
+    if (const json* s = get("scale_attn_by_inverse_layer_idx");
+        s && !(s->is_boolean() && !s->get<bool>())) {
+      return Status::InvalidArgument(config_name +
+                                     ": scale_attn_by_inverse_layer_idx is not supported");
     }
     if (const json* s = get("add_cross_attention"); s && !(s->is_boolean() && !s->get<bool>())) {
       return Status::InvalidArgument(config_name + ": cross-attention is not supported");
     }
     if (const json* t = get("tie_word_embeddings")) {
-      if (!t->is_boolean()) return Status::InvalidArgument(config_name + ": tie_word_embeddings must be a boolean");
+      if (!t->is_boolean())
+        return Status::InvalidArgument(config_name + ": tie_word_embeddings must be a boolean");
       tie_from_config = true;
       tie = t->get<bool>();
     }
@@ -272,8 +284,9 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
     ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> b, file.ToFloat(*find("wte.weight")));
     const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     if (tie_from_config && tie && !same) {
-      out.notes.push_back("lm_head.weight differs from wte.weight but the config ties them: "
-                          "using wte as the head, as Hugging Face does");
+      out.notes.push_back(
+          "lm_head.weight differs from wte.weight but the config ties them: "
+          "using wte as the head, as Hugging Face does");
     } else if (!tie_from_config && !same) {
       tie = false;
       out.notes.push_back("lm_head.weight differs from wte.weight: loaded as an untied head");
@@ -286,7 +299,8 @@ Result<LoadedModel> LoadHfGpt2FromFile(const SafetensorsFile& file, const json* 
   ModelConfig c = MakeGpt2Config(V, P, C, L, H, F, eps);
   c.tie_embeddings = tie;
   Status valid = ValidateModelConfig(c);
-  if (!valid.ok()) return valid.WithContext(fname + ": the GPT-2 these tensors describe is not valid");
+  if (!valid.ok())
+    return valid.WithContext(fname + ": the GPT-2 these tensors describe is not valid");
 
   // 5. Every attnlab tensor from its HF twin, with the exact shape.
   const std::vector<ParamInfo> layout = ParameterLayout(c);

@@ -53,7 +53,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Gpt2Specs(const Shape&
 
 // Distinct, exactly representable values (also in F16 and BF16: multiples of 1/32 below 8).
 float Value(size_t tensor, int64_t i, bool small) {
-  if (small) return static_cast<float>(static_cast<int64_t>((tensor * 131 + i * 7) % 97) - 48) / 32.0f;
+  if (small)
+    return static_cast<float>(static_cast<int64_t>((tensor * 131 + i * 7) % 97) - 48) / 32.0f;
   return static_cast<float>(tensor * 100000 + i);
 }
 
@@ -81,10 +82,11 @@ class HfGpt2Test : public ::testing::Test {
   struct Built {
     std::map<std::string, std::vector<float>> values;  // by HF name without prefix
   };
-  Built Write(const std::string& path, const Shape& s, const std::string& prefix = "transformer.",
-              SafetensorsDtype dtype = SafetensorsDtype::kF32,
-              const std::function<void(std::vector<std::pair<std::string, std::vector<int64_t>>>&,
-                                       std::map<std::string, std::vector<float>>&)>& edit = nullptr) {
+  Built Write(
+      const std::string& path, const Shape& s, const std::string& prefix = "transformer.",
+      SafetensorsDtype dtype = SafetensorsDtype::kF32,
+      const std::function<void(std::vector<std::pair<std::string, std::vector<int64_t>>>&,
+                               std::map<std::string, std::vector<float>>&)>& edit = nullptr) {
     Built b;
     auto specs = Gpt2Specs(s);
     const bool small = dtype != SafetensorsDtype::kF32;
@@ -126,19 +128,30 @@ class HfGpt2Test : public ::testing::Test {
     ASSERT_TRUE(WriteFileAtomically(path, j.dump()).ok());
   }
   json Config(const Shape& s, int64_t n_head) {
-    return json{{"model_type", "gpt2"}, {"n_embd", s.C}, {"n_layer", s.L}, {"n_head", n_head},
-                {"n_positions", s.P}, {"vocab_size", s.V}, {"layer_norm_epsilon", 1e-6},
-                {"activation_function", "gelu_new"}, {"n_inner", nullptr}};
+    return json{{"model_type", "gpt2"},
+                {"n_embd", s.C},
+                {"n_layer", s.L},
+                {"n_head", n_head},
+                {"n_positions", s.P},
+                {"vocab_size", s.V},
+                {"layer_norm_epsilon", 1e-6},
+                {"activation_function", "gelu_new"},
+                {"n_inner", nullptr}};
   }
   // Every attnlab tensor equals its HF twin exactly.
   void ExpectMapped(const LoadedModel& m, const Built& b, const Shape& s) {
-    const std::map<std::string, std::string> kLayer = {
-        {"ln1.weight", "ln_1.weight"},         {"ln1.bias", "ln_1.bias"},
-        {"attn.qkv.weight", "attn.c_attn.weight"}, {"attn.qkv.bias", "attn.c_attn.bias"},
-        {"attn.proj.weight", "attn.c_proj.weight"}, {"attn.proj.bias", "attn.c_proj.bias"},
-        {"ln2.weight", "ln_2.weight"},         {"ln2.bias", "ln_2.bias"},
-        {"mlp.fc.weight", "mlp.c_fc.weight"},  {"mlp.fc.bias", "mlp.c_fc.bias"},
-        {"mlp.proj.weight", "mlp.c_proj.weight"}, {"mlp.proj.bias", "mlp.c_proj.bias"}};
+    const std::map<std::string, std::string> kLayer = {{"ln1.weight", "ln_1.weight"},
+                                                       {"ln1.bias", "ln_1.bias"},
+                                                       {"attn.qkv.weight", "attn.c_attn.weight"},
+                                                       {"attn.qkv.bias", "attn.c_attn.bias"},
+                                                       {"attn.proj.weight", "attn.c_proj.weight"},
+                                                       {"attn.proj.bias", "attn.c_proj.bias"},
+                                                       {"ln2.weight", "ln_2.weight"},
+                                                       {"ln2.bias", "ln_2.bias"},
+                                                       {"mlp.fc.weight", "mlp.c_fc.weight"},
+                                                       {"mlp.fc.bias", "mlp.c_fc.bias"},
+                                                       {"mlp.proj.weight", "mlp.c_proj.weight"},
+                                                       {"mlp.proj.bias", "mlp.c_proj.bias"}};
     for (const ParamInfo& p : m.params.infos()) {
       std::string hf = p.name;
       if (p.name == "wte" || p.name == "wpe") hf += ".weight";
@@ -256,7 +269,8 @@ TEST_F(HfGpt2Test, UntiedHead) {
     h[7] += 1.0f;
     values["lm_head.weight"] = h;
   };
-  const Built b = Write(dir_ + "/model.safetensors", s, "transformer.", SafetensorsDtype::kF32, add_head);
+  const Built b =
+      Write(dir_ + "/model.safetensors", s, "transformer.", SafetensorsDtype::kF32, add_head);
   json cfg = Config(s, 2);
   WriteConfig(dir_ + "/config.json", cfg);
   auto m = LoadHfGpt2(dir_);
@@ -287,7 +301,8 @@ TEST_F(HfGpt2Test, InconsistentFilesAreClearErrors) {
   const Shape s;
   auto drop = [](const char* name) {
     return [name](auto& specs, auto&) {
-      specs.erase(std::find_if(specs.begin(), specs.end(), [&](auto& x) { return x.first == name; }));
+      specs.erase(
+          std::find_if(specs.begin(), specs.end(), [&](auto& x) { return x.first == name; }));
     };
   };
   auto reshape = [](const char* name, std::vector<int64_t> shape) {
@@ -310,12 +325,11 @@ TEST_F(HfGpt2Test, InconsistentFilesAreClearErrors) {
          values["h.0.attn.rotary"] = {1, 2};
        },
        with([](json&) {}), "unexpected tensor 'transformer.h.0.attn.rotary'"},
-      {"missing_block", drop("h.0.ln_1.weight"), with([](json&) {}), "missing tensor 'h.0.ln_1.weight'"},
-      {"nan",
-       [](auto&, auto& values) { values["h.1.mlp.c_proj.weight"][17] = NAN; },
+      {"missing_block", drop("h.0.ln_1.weight"), with([](json&) {}),
+       "missing tensor 'h.0.ln_1.weight'"},
+      {"nan", [](auto&, auto& values) { values["h.1.mlp.c_proj.weight"][17] = NAN; },
        with([](json&) {}), "tensor 'transformer.h.1.mlp.c_proj.weight' has NaN at index 17"},
-      {"config_n_embd", nullptr, with([](json& j) { j["n_embd"] = 16; }),
-       "says n_embd = 16 but"},
+      {"config_n_embd", nullptr, with([](json& j) { j["n_embd"] = 16; }), "says n_embd = 16 but"},
       {"config_vocab", nullptr, with([](json& j) { j["vocab_size"] = 50257; }),
        "says vocab_size = 50257 but"},
       {"config_layers", nullptr, with([](json& j) { j["n_layer"] = 12; }), "says n_layer = 12"},
@@ -330,8 +344,8 @@ TEST_F(HfGpt2Test, InconsistentFilesAreClearErrors) {
        "is not \"gpt2\""},
       {"config_inverse_layer_idx", nullptr,
        with([](json& j) { j["scale_attn_by_inverse_layer_idx"] = true; }), "not supported"},
-      {"config_untied_without_head", nullptr, with([](json& j) { j["tie_word_embeddings"] = false; }),
-       "no lm_head.weight"},
+      {"config_untied_without_head", nullptr,
+       with([](json& j) { j["tie_word_embeddings"] = false; }), "no lm_head.weight"},
       {"no_config_no_heads", nullptr, nullptr, "n_head"},
       {"block_gap",
        [](auto& specs, auto& values) {
@@ -365,7 +379,8 @@ TEST_F(HfGpt2Test, DuplicateNamesWithAndWithoutPrefix) {
   const Shape s;
   Write(dir_ + "/model.safetensors", s, "transformer.", SafetensorsDtype::kF32,
         [](auto& specs, auto& values) {
-          specs.push_back({"transformer.ln_f.bias", {8}});  // written as "transformer.transformer.ln_f.bias"
+          specs.push_back(
+              {"transformer.ln_f.bias", {8}});  // written as "transformer.transformer.ln_f.bias"
           values["transformer.ln_f.bias"] = std::vector<float>(8, 0.0f);
         });
   // That name strips to "transformer.ln_f.bias": unexpected, not a duplicate.
@@ -387,7 +402,8 @@ TEST_F(HfGpt2Test, DuplicateNamesWithAndWithoutPrefix) {
   ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", t).ok());
   auto m = LoadHfGpt2(dir_);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("both with and without"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("both with and without"), std::string::npos)
+      << m.status().ToString();
 }
 
 TEST_F(HfGpt2Test, MissingFiles) {

@@ -54,8 +54,9 @@ class TensorReader {
   Status ReadBytes(char* dst, int64_t bytes, const char* tensor) {
     int64_t done = 0;
     while (done < bytes) {
-      const ssize_t r = ::pread(fd_, dst + done, static_cast<size_t>(std::min<int64_t>(bytes - done, 1 << 30)),
-                                static_cast<off_t>(offset_ + done));
+      const ssize_t r =
+          ::pread(fd_, dst + done, static_cast<size_t>(std::min<int64_t>(bytes - done, 1 << 30)),
+                  static_cast<off_t>(offset_ + done));
       if (r < 0) {
         if (errno == EINTR) continue;
         return Status::IoError(path_ + ": reading " + tensor + " failed: " + ErrnoMessage(errno));
@@ -92,13 +93,15 @@ Status CheckGpt2Shaped(const ModelConfig& c) {
   if (c.norm != NormPlacement::kPre || c.norm_type != NormType::kLayerNorm || !c.bias) {
     return bad("pre-LN LayerNorm with biases is required");
   }
-  if (!c.mlp || c.hidden() != 4 * c.d_model) return bad("an MLP with hidden size 4 * d_model is required");
+  if (!c.mlp || c.hidden() != 4 * c.d_model)
+    return bad("an MLP with hidden size 4 * d_model is required");
   if (!c.tie_embeddings) return bad("embeddings must be tied");
   if (c.softmax != SoftmaxKind::kStandard || c.output_gate || c.mask_first_key ||
       c.attention_window >= 0 || c.kv_heads() != c.n_head) {
     return bad("standard full causal multi-head attention is required");
   }
-  if (c.residual_scale != ResidualScale::kOne || !c.residual) return bad("plain residuals are required");
+  if (c.residual_scale != ResidualScale::kOne || !c.residual)
+    return bad("plain residuals are required");
   return Status::Ok();
 }
 
@@ -118,7 +121,8 @@ Result<LlmcHeader> ParseLlmcHeader(const int32_t* h, const std::string& name) {
     std::string hint;
     if (h[0] == 20240327) hint = " (20240327 is llm.c's debug state file, not a model)";
     if (h[0] == 20240328) hint = " (20240328 is llm.c's tokenizer file, not a model)";
-    if (h[0] == 20240520 || h[0] == 20240522) hint = " (that is an llm.c token data file, not a model)";
+    if (h[0] == 20240520 || h[0] == 20240522)
+      hint = " (that is an llm.c token data file, not a model)";
     return Status::Corrupt(name + ": bad magic number: expected " + Str(kLlmcMagic) + ", found " +
                            Str(h[0]) + hint);
   }
@@ -149,8 +153,10 @@ Result<LlmcHeader> ParseLlmcHeader(const int32_t* h, const std::string& name) {
   ATTNLAB_RETURN_IF_ERROR(range("num_heads", r.heads, 1, r.channels));
   ATTNLAB_RETURN_IF_ERROR(range("padded_vocab_size", r.padded_vocab, r.vocab, 1 << 24));
   if (r.channels % r.heads != 0) {
-    return Status::Corrupt(name + ": channels (" + Str(r.channels) + ") is not a multiple of "
-                           "num_heads (" + Str(r.heads) + ")");
+    return Status::Corrupt(name + ": channels (" + Str(r.channels) +
+                           ") is not a multiple of "
+                           "num_heads (" +
+                           Str(r.heads) + ")");
   }
   return r;
 }
@@ -213,7 +219,8 @@ Result<LoadedModel> LoadLlmc(const std::string& path) {
     return Status::Ok();
   };
   // [L, out, in] matrices, transposed into each layer's [in, out] slice.
-  auto mat = [&](float* LayerParams::*field, int64_t rows_out, int64_t cols_in, const char* what) -> Status {
+  auto mat = [&](float* LayerParams::*field, int64_t rows_out, int64_t cols_in,
+                 const char* what) -> Status {
     tmp.resize(static_cast<size_t>(rows_out * cols_in));
     for (int64_t l = 0; l < L; ++l) {
       ATTNLAB_RETURN_IF_ERROR(rd.Read(tmp.data(), rows_out * cols_in, what));
@@ -235,7 +242,8 @@ Result<LoadedModel> LoadLlmc(const std::string& path) {
   ATTNLAB_RETURN_IF_ERROR(vec(&LayerParams::fcproj_b, C, "fcprojb"));
   ATTNLAB_RETURN_IF_ERROR(rd.Read(ptr.lnf_w, C, "lnfw"));
   ATTNLAB_RETURN_IF_ERROR(rd.Read(ptr.lnf_b, C, "lnfb"));
-  for (const ParamInfo& p : P.infos()) ATTNLAB_RETURN_IF_ERROR(CheckFinite(P.Slice(p), p.size, path, p.name));
+  for (const ParamInfo& p : P.infos())
+    ATTNLAB_RETURN_IF_ERROR(CheckFinite(P.Slice(p), p.size, path, p.name));
 
   out.meta = nlohmann::json::object();
   out.meta["source"] = "llm.c";

@@ -40,7 +40,7 @@ inline constexpr int32_t kLlmcVersionBf16 = 5;
 
 struct LlmcHeader {
   int32_t version = 0, max_t = 0, vocab = 0, layers = 0, heads = 0, channels = 0, padded_vocab = 0;
-  int64_t NumParameters() const;  // elements after the header (padded wte included)
+  int64_t NumParameters() const;     // elements after the header (padded wte included)
   int64_t ExpectedFileSize() const;  // 1024 + NumParameters() * bytes per element
 };
 

@@ -44,13 +44,22 @@ LlmcFile MakeFile(const Dims& d) {
   LlmcFile f;
   f.d = d;
   const int64_t C = d.C, L = d.L;
-  const std::vector<std::pair<std::string, int64_t>> sizes = {
-      {"wte", int64_t{d.Vp} * C},  {"wpe", int64_t{d.maxT} * C}, {"ln1w", L * C},
-      {"ln1b", L * C},             {"qkvw", L * 3 * C * C},      {"qkvb", L * 3 * C},
-      {"attprojw", L * C * C},     {"attprojb", L * C},          {"ln2w", L * C},
-      {"ln2b", L * C},             {"fcw", L * 4 * C * C},       {"fcb", L * 4 * C},
-      {"fcprojw", L * C * 4 * C},  {"fcprojb", L * C},           {"lnfw", C},
-      {"lnfb", C}};
+  const std::vector<std::pair<std::string, int64_t>> sizes = {{"wte", int64_t{d.Vp} * C},
+                                                              {"wpe", int64_t{d.maxT} * C},
+                                                              {"ln1w", L * C},
+                                                              {"ln1b", L * C},
+                                                              {"qkvw", L * 3 * C * C},
+                                                              {"qkvb", L * 3 * C},
+                                                              {"attprojw", L * C * C},
+                                                              {"attprojb", L * C},
+                                                              {"ln2w", L * C},
+                                                              {"ln2b", L * C},
+                                                              {"fcw", L * 4 * C * C},
+                                                              {"fcb", L * 4 * C},
+                                                              {"fcprojw", L * C * 4 * C},
+                                                              {"fcprojb", L * C},
+                                                              {"lnfw", C},
+                                                              {"lnfb", C}};
   for (size_t k = 0; k < sizes.size(); ++k) {
     std::vector<float> v(sizes[k].second);
     // k * 256 + (i % 256), scaled by 2^-4: 12 significant bits at most... keep within bf16's 8:
@@ -116,7 +125,8 @@ class LlmcTest : public ::testing::Test {
       EXPECT_EQ(p.lnf_b[c], f.Get("lnfb")[c]);
     }
     auto vec = [&](const float* got, const std::string& name, int64_t l, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f.Get(name)[l * n + i]) << name << " " << l << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], f.Get(name)[l * n + i]) << name << " " << l << " " << i;
     };
     // llm.c W[l][o][i] (out, in) -> attnlab W[i][o] (in, out).
     auto mat = [&](const float* got, const std::string& name, int64_t l, int64_t out, int64_t in) {

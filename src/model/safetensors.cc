@@ -64,7 +64,8 @@ std::string Quote(std::string_view s, size_t max = 80) {
 std::string JsonKind(const json& j) {
   if (j.is_null()) return "null";
   if (j.is_boolean()) return "a boolean";
-  if (j.is_number_integer()) return j.is_number_unsigned() ? "a non-negative integer" : "a negative integer";
+  if (j.is_number_integer())
+    return j.is_number_unsigned() ? "a non-negative integer" : "a negative integer";
   if (j.is_number()) return "a non-integer number";
   if (j.is_string()) return "a string";
   if (j.is_array()) return "an array";
@@ -171,10 +172,9 @@ std::span<const uint8_t> SafetensorsFile::Bytes(const SafetensorsTensor& t) cons
 Status SafetensorsFile::ReadFloat(const SafetensorsTensor& t, float* out, int64_t out_size) const {
   const int64_t n = t.numel();
   if (out_size != n) {
-    return Status::InvalidArgument(path_ + ": tensor " + Quote(t.name) + " has " +
-                                   std::to_string(n) + " elements (shape " +
-                                   TensorShapeString(t.shape) + "), the destination holds " +
-                                   std::to_string(out_size));
+    return Status::InvalidArgument(
+        path_ + ": tensor " + Quote(t.name) + " has " + std::to_string(n) + " elements (shape " +
+        TensorShapeString(t.shape) + "), the destination holds " + std::to_string(out_size));
   }
   const std::span<const uint8_t> b = Bytes(t);
   const uint8_t* p = b.data();
@@ -266,7 +266,8 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> st
   if (header.is_discarded()) {
     return corrupt("the " + U64(n) + "-byte header is not valid JSON (or not UTF-8)");
   }
-  if (!header.is_object()) return corrupt("the header must be a JSON object, found " + JsonKind(header));
+  if (!header.is_object())
+    return corrupt("the header must be a JSON object, found " + JsonKind(header));
   if (!duplicate.empty()) return corrupt("the header names " + Quote(duplicate) + " twice");
 
   SafetensorsFile f;
@@ -290,7 +291,9 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> st
       continue;
     }
     const std::string what = "tensor " + Quote(key);
-    if (!v.is_object()) return corrupt(what + ": expected an object {dtype, shape, data_offsets}, found " + JsonKind(v));
+    if (!v.is_object())
+      return corrupt(what + ": expected an object {dtype, shape, data_offsets}, found " +
+                     JsonKind(v));
     for (auto k = v.begin(); k != v.end(); ++k) {
       if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets") {
         return corrupt(what + ": unexpected field " + Quote(k.key()) +
@@ -319,13 +322,14 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> st
     for (const json& dim : *s) {
       uint64_t x;
       if (!GetU64(dim, &x)) {
-        return corrupt(what + ": shape entries must be non-negative integers, found " + JsonKind(dim) +
-                       " " + Quote(dim.dump()));
+        return corrupt(what + ": shape entries must be non-negative integers, found " +
+                       JsonKind(dim) + " " + Quote(dim.dump()));
       }
       if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           __builtin_mul_overflow(numel, x, &numel) ||
           numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return corrupt(what + ": shape " + Quote(s->dump()) + " has more elements than fit 63 bits");
+        return corrupt(what + ": shape " + Quote(s->dump()) +
+                       " has more elements than fit 63 bits");
       }
       t.shape.push_back(static_cast<int64_t>(x));
     }
@@ -336,8 +340,10 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> st
     // data_offsets
     auto o = v.find("data_offsets");
     if (o == v.end()) return corrupt(what + ": no data_offsets");
-    if (!o->is_array() || o->size() != 2 || !GetU64((*o)[0], &t.begin) || !GetU64((*o)[1], &t.end)) {
-      return corrupt(what + ": data_offsets must be [begin, end] (two non-negative integers), found " +
+    if (!o->is_array() || o->size() != 2 || !GetU64((*o)[0], &t.begin) ||
+        !GetU64((*o)[1], &t.end)) {
+      return corrupt(what +
+                     ": data_offsets must be [begin, end] (two non-negative integers), found " +
                      Quote(o->dump()));
     }
     if (t.begin > t.end) {
@@ -359,9 +365,10 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> st
   }
 
   // The tensors must tile the buffer: sorted by offset, each begins where the previous ended.
-  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(f.tensors_.begin(), f.tensors_.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   uint64_t pos = 0;
   const SafetensorsTensor* prev = nullptr;
   for (const SafetensorsTensor& t : f.tensors_) {
@@ -420,8 +427,8 @@ Result<SafetensorsFile> ReadSafetensors(const std::string& path) {
     if (m == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return Status::IoError(path + ": cannot map " + U64(storage->size) + " bytes: " +
-                             ErrnoMessage(err));
+      return Status::IoError(path + ": cannot map " + U64(storage->size) +
+                             " bytes: " + ErrnoMessage(err));
     }
     storage->map = m;
     storage->data = static_cast<const uint8_t*>(m);
@@ -458,7 +465,8 @@ Result<std::string> EncodeSafetensorsHeader(const std::vector<NamedTensor>& tens
       return Status::InvalidArgument("safetensors: tensor " + Quote(t.name) + " given twice");
     }
     const int64_t item = SafetensorsDtypeSize(t.dtype);
-    if (item == 0) return Status::InvalidArgument("safetensors: tensor " + Quote(t.name) + ": bad dtype");
+    if (item == 0)
+      return Status::InvalidArgument("safetensors: tensor " + Quote(t.name) + ": bad dtype");
     uint64_t bytes = static_cast<uint64_t>(item);
     for (int64_t d : t.shape) {
       if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
@@ -481,7 +489,8 @@ Result<std::string> EncodeSafetensorsHeader(const std::vector<NamedTensor>& tens
     text = h.dump();
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(std::string("safetensors: a tensor name or metadata string is "
-                                               "not valid UTF-8: ") + e.what());
+                                               "not valid UTF-8: ") +
+                                   e.what());
   }
   // Pad with spaces so the data buffer starts 8-byte aligned.
   while ((8 + text.size()) % 8 != 0) text += ' ';

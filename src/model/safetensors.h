@@ -40,8 +40,21 @@ namespace attnlab {
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
 
 enum class SafetensorsDtype {
-  kBool, kU8, kI8, kU16, kI16, kF16, kBF16, kU32, kI32, kF32, kU64, kI64, kF64,
-  kF8E4M3, kF8E5M2,
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kF16,
+  kBF16,
+  kU32,
+  kI32,
+  kF32,
+  kU64,
+  kI64,
+  kF64,
+  kF8E4M3,
+  kF8E5M2,
 };
 
 // "F32" etc. (the spelling used in headers).
@@ -57,7 +70,7 @@ std::string TensorShapeString(std::span<const int64_t> shape);
 struct SafetensorsTensor {
   std::string name;
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
-  std::vector<int64_t> shape;  // empty for a scalar
+  std::vector<int64_t> shape;   // empty for a scalar
   uint64_t begin = 0, end = 0;  // [begin, end) in the data buffer
   int64_t numel() const;        // product(shape), 1 for a scalar
 };

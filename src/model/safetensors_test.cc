@@ -104,11 +104,11 @@ TEST_F(SafetensorsTest, ReadsAHandBuiltFile) {
 
 TEST_F(SafetensorsTest, ConvertsF16AndBF16Exactly) {
   // F16 bit patterns and their exact values.
-  const std::vector<uint16_t> h = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x0400, 0x8000, 0x7c00, 0xfc00,
-                                   0x7e00, 0x3555};
-  const std::vector<float> h_want = {1.0f, -2.5f, 65504.0f, std::ldexp(1.0f, -24),
-                                     std::ldexp(1.0f, -14), -0.0f, INFINITY, -INFINITY, NAN,
-                                     0.333251953125f};
+  const std::vector<uint16_t> h = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x0400,
+                                   0x8000, 0x7c00, 0xfc00, 0x7e00, 0x3555};
+  const std::vector<float> h_want = {
+      1.0f,     -2.5f,     65504.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -14), -0.0f,
+      INFINITY, -INFINITY, NAN,      0.333251953125f};
   // BF16: the top 16 bits of a float.
   const std::vector<float> b_want = {1.0f, -3.0f, 1.5f * std::ldexp(1.0f, 100), 0.0078125f};
   std::vector<uint16_t> b;
@@ -144,8 +144,9 @@ TEST_F(SafetensorsTest, WriterRoundTripsAndAlignsTheBuffer) {
   z[0] = 42.0f;
   const std::vector<int64_t> ints = {1, -2, 3};
   const std::vector<NamedTensor> t = {
-      NamedTensor::F32("h.0.attn.qkv.weight", {3, 5}, x.data()), NamedTensor::F32("y", {7}, y.data()),
-      NamedTensor::F32("scalar", {}, z.data()), NamedTensor::F32("empty", {0}, nullptr),
+      NamedTensor::F32("h.0.attn.qkv.weight", {3, 5}, x.data()),
+      NamedTensor::F32("y", {7}, y.data()), NamedTensor::F32("scalar", {}, z.data()),
+      NamedTensor::F32("empty", {0}, nullptr),
       NamedTensor{"ints", {3}, ints.data(), SafetensorsDtype::kI64}};
   const std::string path = dir_ + "/w.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, t, {{"step", "12"}, {"name", "unicode \xc3\xa9"}}).ok());
@@ -192,7 +193,8 @@ TEST_F(SafetensorsTest, WriterRejectsBadInput) {
     EXPECT_NE(st.message().find(c.want), std::string::npos) << st.ToString();
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir_));
-  EXPECT_FALSE(WriteSafetensors(dir_ + "/missing/x.safetensors", {NamedTensor::F32("a", {1}, &x)}).ok());
+  EXPECT_FALSE(
+      WriteSafetensors(dir_ + "/missing/x.safetensors", {NamedTensor::F32("a", {1}, &x)}).ok());
 }
 
 struct Bad {
@@ -219,33 +221,46 @@ std::vector<Bad> BadFiles() {
       {"not_brace", Raw(" {}", ""), StatusCode::kCorrupt, "starting with '{'"},
       {"bad_json", Raw("{\"t\": ", ""), StatusCode::kCorrupt, "not valid JSON"},
       {"bad_utf8", Raw("{\"\xff\": 1}", ""), StatusCode::kCorrupt, "not valid JSON"},
-      {"json_nul_padding", Raw(std::string("{}\0\0", 4), ""), StatusCode::kCorrupt, "NUL byte at offset 2"},
-      {"json_nul_then_more", Raw(std::string("{}\0{\"t\": 1}", 11), ""), StatusCode::kCorrupt, "NUL byte"},
-      {"duplicate", Raw(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
-                        R"( "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", f8),
+      {"json_nul_padding", Raw(std::string("{}\0\0", 4), ""), StatusCode::kCorrupt,
+       "NUL byte at offset 2"},
+      {"json_nul_then_more", Raw(std::string("{}\0{\"t\": 1}", 11), ""), StatusCode::kCorrupt,
+       "NUL byte"},
+      {"duplicate",
+       Raw(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+           R"( "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+           f8),
        StatusCode::kCorrupt, "'t' twice"},
-      {"metadata_not_object", Raw(R"({"__metadata__": [1]})", ""), StatusCode::kCorrupt, "__metadata__"},
-      {"metadata_value", Raw(R"({"__metadata__": {"k": 1}})", ""), StatusCode::kCorrupt, "'k' must be a string"},
+      {"metadata_not_object", Raw(R"({"__metadata__": [1]})", ""), StatusCode::kCorrupt,
+       "__metadata__"},
+      {"metadata_value", Raw(R"({"__metadata__": {"k": 1}})", ""), StatusCode::kCorrupt,
+       "'k' must be a string"},
       {"entry_not_object", one("[1]", ""), StatusCode::kCorrupt, "tensor 't'"},
-      {"unknown_field", one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1})", f8),
+      {"unknown_field",
+       one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1})", f8),
        StatusCode::kCorrupt, "unexpected field 'x'"},
-      {"no_dtype", one(R"({"shape": [2], "data_offsets": [0, 8]})", f8), StatusCode::kCorrupt, "no dtype"},
+      {"no_dtype", one(R"({"shape": [2], "data_offsets": [0, 8]})", f8), StatusCode::kCorrupt,
+       "no dtype"},
       {"dtype_not_string", one(R"({"dtype": 4, "shape": [2], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "dtype must be a string"},
       {"unknown_dtype", one(R"({"dtype": "F128", "shape": [2], "data_offsets": [0, 8]})", f8),
        StatusCode::kInvalidArgument, "unknown dtype 'F128'"},
-      {"no_shape", one(R"({"dtype": "F32", "data_offsets": [0, 8]})", f8), StatusCode::kCorrupt, "no shape"},
+      {"no_shape", one(R"({"dtype": "F32", "data_offsets": [0, 8]})", f8), StatusCode::kCorrupt,
+       "no shape"},
       {"negative_dim", one(R"({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "non-negative integers"},
       {"float_dim", one(R"({"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "non-negative integers"},
-      {"dim_past_u64", one(R"({"dtype": "F32", "shape": [18446744073709551616], "data_offsets": [0, 8]})", f8),
+      {"dim_past_u64",
+       one(R"({"dtype": "F32", "shape": [18446744073709551616], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "non-negative integers"},
-      {"numel_overflow", one(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})", f8),
+      {"numel_overflow",
+       one(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "63 bits"},
-      {"bytes_overflow", one(R"({"dtype": "F64", "shape": [4611686018427387904], "data_offsets": [0, 8]})", f8),
+      {"bytes_overflow",
+       one(R"({"dtype": "F64", "shape": [4611686018427387904], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "64 bits"},
-      {"no_offsets", one(R"({"dtype": "F32", "shape": [2]})", f8), StatusCode::kCorrupt, "no data_offsets"},
+      {"no_offsets", one(R"({"dtype": "F32", "shape": [2]})", f8), StatusCode::kCorrupt,
+       "no data_offsets"},
       {"offsets_len", one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0]})", f8),
        StatusCode::kCorrupt, "[begin, end]"},
       {"offsets_negative", one(R"({"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]})", f8),
@@ -256,8 +271,10 @@ std::vector<Bad> BadFiles() {
        StatusCode::kCorrupt, "past the end"},
       {"size_mismatch", one(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]})", f8),
        StatusCode::kCorrupt, "needs 12 bytes"},
-      {"overlap", Raw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
-                      R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", f8),
+      {"overlap",
+       Raw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+           R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+           f8),
        StatusCode::kCorrupt, "overlaps"},
       {"hole", Raw(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", f8),
        StatusCode::kCorrupt, "bytes [0, 4)"},
@@ -275,7 +292,8 @@ TEST_F(SafetensorsTest, CorruptFilesAreClearErrors) {
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().code(), b.code) << f.status().ToString();
     EXPECT_NE(f.status().message().find(b.want), std::string::npos) << f.status().ToString();
-    EXPECT_EQ(f.status().message().rfind(path, 0), 0u) << "names the file: " << f.status().ToString();
+    EXPECT_EQ(f.status().message().rfind(path, 0), 0u)
+        << "names the file: " << f.status().ToString();
     // The in-memory parser agrees.
     auto g = ParseSafetensors(b.bytes, "mem");
     ASSERT_FALSE(g.ok());
@@ -321,7 +339,9 @@ TEST_F(SafetensorsTest, EveryTruncationAndByteFlipIsHandled) {
       if (f.ok()) {
         for (const SafetensorsTensor& x : f->tensors()) {
           auto v = f->ToFloat(x);
-          if (v.ok()) EXPECT_EQ(static_cast<int64_t>(v->size()), x.numel());
+          if (v.ok()) {
+            EXPECT_EQ(static_cast<int64_t>(v->size()), x.numel());
+          }
         }
       }
     }
