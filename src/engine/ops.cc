@@ -44,6 +44,16 @@ inline VecF Tanh(VecF z) {
   return simd::Set1(1.0f) - simd::Set1(2.0f) / (e + simd::Set1(1.0f));
 }
 
+// sum_i a[i] * b[i] (b == nullptr: sum_i a[i]), 16 lanes then a fixed-order tail.
+inline float DotRow(const float* a, const float* b, int64_t n) {
+  VecF acc = simd::Zero();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc += b ? simd::Load(a + i) * simd::Load(b + i) : simd::Load(a + i);
+  float s = simd::ReduceSum(acc);
+  for (; i < n; ++i) s += b ? a[i] * b[i] : a[i];
+  return s;
+}
+
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluC = 0.044715f;
 
@@ -55,13 +65,18 @@ void LayerNormForward(int64_t N, int64_t C, const float* x, const float* w, cons
     for (int64_t n = n0; n < n1; ++n) {
       const float* xr = x + n * C;
       float* yr = y + n * C;
-      double sum = 0;
-      for (int64_t c = 0; c < C; ++c) sum += xr[c];
-      const float m = static_cast<float>(sum / C);
-      double var = 0;
-      for (int64_t c = 0; c < C; ++c) var += double(xr[c] - m) * (xr[c] - m);
-      const float r = static_cast<float>(1.0 / std::sqrt(var / C + eps));
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+      const float m = DotRow(xr, nullptr, C) / C;
+      // Two-pass variance (numerically safe): sum (x - m)^2.
+      VecF acc = simd::Zero();
+      int64_t c = 0;
+      for (; c + 16 <= C; c += 16) {
+        const VecF d = simd::Load(xr + c) - simd::Set1(m);
+        acc += d * d;
+      }
+      float var = simd::ReduceSum(acc);
+      for (; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
+      const float r = 1.0f / std::sqrt(var / C + eps);
+      for (c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
       mean[n] = m;
       rstd[n] = r;
     }
@@ -78,16 +93,23 @@ void LayerNormBackward(int64_t N, int64_t C, const float* dy, const float* x, co
       const float* xr = x + n * C;
       const float* dyr = dy + n * C;
       const float m = mean[n], r = rstd[n];
-      float mean_d = 0, mean_dx = 0;  // mean(dnorm), mean(dnorm * xhat)
-      for (int64_t c = 0; c < C; ++c) {
-        const float dnorm = dyr[c] * w[c];
-        mean_d += dnorm;
-        mean_dx += dnorm * (xr[c] - m) * r;
+      // mean(dnorm) and mean(dnorm * xhat), dnorm = dy * w, xhat = (x - m) r.
+      VecF ad = simd::Zero(), adx = simd::Zero();
+      int64_t c = 0;
+      for (; c + 16 <= C; c += 16) {
+        const VecF dn = simd::Load(dyr + c) * simd::Load(w + c);
+        ad += dn;
+        adx += dn * (simd::Load(xr + c) - simd::Set1(m));
+      }
+      float mean_d = simd::ReduceSum(ad), mean_dx = simd::ReduceSum(adx);
+      for (; c < C; ++c) {
+        mean_d += dyr[c] * w[c];
+        mean_dx += dyr[c] * w[c] * (xr[c] - m);
       }
       mean_d /= C;
-      mean_dx /= C;
+      mean_dx = mean_dx * r / C;
       float* dxr = dx + n * C;
-      for (int64_t c = 0; c < C; ++c) {
+      for (c = 0; c < C; ++c) {
         const float xhat = (xr[c] - m) * r;
         dxr[c] += r * (dyr[c] * w[c] - mean_d - xhat * mean_dx);
       }
@@ -104,9 +126,7 @@ void RmsNormForward(int64_t N, int64_t C, const float* x, const float* w, float 
   ForBlocks(Pool(pool), N, 16, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* xr = x + n * C;
-      double ss = 0;
-      for (int64_t c = 0; c < C; ++c) ss += double(xr[c]) * xr[c];
-      const float r = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+      const float r = 1.0f / std::sqrt(DotRow(xr, xr, C) / C + eps);
       for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];
       rstd[n] = r;
     }
@@ -124,10 +144,14 @@ void RmsNormBackward(int64_t N, int64_t C, const float* dy, const float* x, cons
       const float* dyr = dy + n * C;
       const float r = rstd[n];
       float dot = 0;
-      for (int64_t c = 0; c < C; ++c) dot += dyr[c] * w[c] * xr[c];
+      int64_t c = 0;
+      VecF acc = simd::Zero();
+      for (; c + 16 <= C; c += 16) acc += simd::Load(dyr + c) * simd::Load(w + c) * simd::Load(xr + c);
+      dot = simd::ReduceSum(acc);
+      for (; c < C; ++c) dot += dyr[c] * w[c] * xr[c];
       dot /= C;
       float* dxr = dx + n * C;
-      for (int64_t c = 0; c < C; ++c) dxr[c] += r * dyr[c] * w[c] - xr[c] * r * r * r * dot;
+      for (c = 0; c < C; ++c) dxr[c] += r * dyr[c] * w[c] - xr[c] * r * r * r * dot;
     }
   });
   ColumnReduce(tp, N, C, dw,

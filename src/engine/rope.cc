@@ -7,6 +7,7 @@
 #include <numbers>
 #include <string>
 
+#include "attnlab/thread_pool.h"
 #include "engine/attention_validate.h"
 
 namespace attnlab {
@@ -26,12 +27,13 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;
 // ------------------------------------------------------------------------------------------------
 // The rotation of one token vector. sign = +1: forward (y = A R(angle) x); sign = -1: the
 // transpose (dx = A R(-angle) dy). cos_a / sin_a: [pairs], already times A.
-template <typename T>
-void RotateToken(T* x, const float* cos_a, const float* sin_a, int64_t pairs, RopeLayout layout,
-                 T sign) {
-  // Pair i is (x[i], x[i + pairs]) for NeoX, (x[2i], x[2i + 1]) for GPT-J.
-  const int64_t step = layout == RopeLayout::kNeox ? 1 : 2;
-  const int64_t other = layout == RopeLayout::kNeox ? pairs : 1;
+template <typename T, RopeLayout kLayout>
+void RotateToken(T* __restrict x, const float* __restrict cos_a, const float* __restrict sin_a,
+                 int64_t pairs, T sign) {
+  // Pair i is (x[i], x[i + pairs]) for NeoX (two contiguous halves: vectorises), (x[2i], x[2i + 1])
+  // for GPT-J.
+  constexpr int64_t step = kLayout == RopeLayout::kNeox ? 1 : 2;
+  const int64_t other = kLayout == RopeLayout::kNeox ? pairs : 1;
   for (int64_t i = 0; i < pairs; ++i) {
     T* a = x + i * step;
     T* b = a + other;
@@ -78,15 +80,20 @@ Status RopeApply(const char* what, const RopeTable& table, const TensorView4<T>&
       internal::ValidateView4(what, x, batch, heads, len, table.head_dim(), true, &range));
 
   const int64_t pairs = table.pairs();
-  const RopeLayout layout = table.config().layout;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t t = 0; t < len; ++t) {
-        RotateToken(x.at(b, h, t), table.Cos(positions[t]).data(), table.Sin(positions[t]).data(),
-                    pairs, layout, sign);
+  const bool neox = table.config().layout == RopeLayout::kNeox;
+  // Threaded over (batch, head): every token vector is rotated independently.
+  DefaultThreadPool().ParallelFor(batch * heads, [&](int64_t bh, int) {
+    const int64_t b = bh / heads, h = bh % heads;
+    for (int64_t t = 0; t < len; ++t) {
+      const float* c = table.Cos(positions[t]).data();
+      const float* s = table.Sin(positions[t]).data();
+      if (neox) {
+        RotateToken<T, RopeLayout::kNeox>(x.at(b, h, t), c, s, pairs, sign);
+      } else {
+        RotateToken<T, RopeLayout::kGptJ>(x.at(b, h, t), c, s, pairs, sign);
       }
     }
-  }
+  });
   return Status::Ok();
 }
 
