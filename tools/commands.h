@@ -26,6 +26,7 @@ inline void Check(const Status& st, const std::string& context = "") {
 void RegisterAttentionCommand(CLI::App& app);  // cmd_attention.cc
 void RegisterMemoryCommand(CLI::App& app);     // cmd_memory.cc
 void RegisterBenchCommand(CLI::App& app);      // cmd_bench.cc
+void RegisterBenchModelCommand(CLI::App& app); // cmd_bench_model.cc (after RegisterBenchCommand)
 void RegisterTokenizeCommand(CLI::App& app);   // cmd_tokenize.cc
 void RegisterPrepareCommand(CLI::App& app);    // cmd_prepare.cc
 void RegisterTrainCommand(CLI::App& app);      // cmd_train.cc

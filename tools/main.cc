@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   attnlab::cli::RegisterAttentionCommand(app);
   attnlab::cli::RegisterMemoryCommand(app);
   attnlab::cli::RegisterBenchCommand(app);
+  attnlab::cli::RegisterBenchModelCommand(app);
   attnlab::cli::RegisterTokenizeCommand(app);
   attnlab::cli::RegisterPrepareCommand(app);
   attnlab::cli::RegisterTrainCommand(app);

@@ -20,9 +20,8 @@ void FirstTokenProbe::OnLayer(const LayerTensors& t) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   if (t.layer == 0) sequences_ += t.batch;
   for (int64_t b = 0; b < t.batch; ++b) {
-    const float* row0 = t.qkv + (b * T) * Q;
     for (int64_t h = 0; h < H; ++h) {
-      const float* k0 = row0 + (H + h / group) * hd;
+      const float* k0 = t.k_all.at(b, h / group, 0);
       double sum = 0, last = 0;
       for (int64_t i = 0; i < T; ++i) {
         double p = 0;

@@ -310,9 +310,11 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     }
     if (observer_) {
       LayerTensors lt;
-      lt.layer = l, lt.batch = B, lt.len = Tm;
+      lt.layer = l, lt.batch = B, lt.len = Tm, lt.len_k = shape.len_k;
       lt.residual_in = x, lt.attn_in = a_in, lt.qkv = qkv, lt.attn_out = att, lt.lse = lse;
+      lt.k_all = k_all, lt.v_all = v_all;
       lt.residual_out = out;
+      lt.attention = &ap;
       observer_->OnLayer(lt);
     }
   }

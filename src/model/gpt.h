@@ -22,17 +22,22 @@ namespace attnlab {
 
 class ThreadPool;
 
-// Optional view into the forward pass, for diagnostics: called once per layer after the
-// attention sublayer with that layer's tensors (token-major, [N, ...]). Without an observer the
-// forward pays nothing.
+// Optional view into the forward pass, for diagnostics: called once per layer after the layer,
+// with that layer's tensors. Rows are the Tm new tokens of each sequence (token-major, [N, ...],
+// N = batch * Tm). Keys and values are given as attention views [batch, Hkv, len_k, hd]: with a
+// KV cache they are everything the cache holds (the new tokens last, so query row i sits at key
+// position i + len_k - len); without, len_k = len. Without an observer the forward pays nothing.
 struct LayerTensors {
-  int64_t layer = 0, batch = 0, len = 0;  // len = Tm
+  int64_t layer = 0, batch = 0, len = 0;  // len = Tm (new tokens per sequence)
+  int64_t len_k = 0;                      // keys each query can reach (causal, bottom-right)
   const float* residual_in = nullptr;     // [N, C] the layer's input
   const float* attn_in = nullptr;         // [N, C] input of the attention (after pre-LN)
-  const float* qkv = nullptr;             // [N, Q] q | k | v, after RoPE
+  const float* qkv = nullptr;             // [N, Q] q | k | v of the new tokens (q after RoPE)
+  AttentionTensor k_all, v_all;           // [batch, Hkv, len_k, hd], keys after RoPE
   const float* attn_out = nullptr;        // [N, C] per-head attention outputs (before the gate)
-  const float* lse = nullptr;             // [B, H, Tm]
+  const float* lse = nullptr;             // [B, H, Tm] row log-sum-exp (see attention.h)
   const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
+  const AttentionParams* attention = nullptr;  // the mask and softmax the layer used
 };
 class ForwardObserver {
  public:
