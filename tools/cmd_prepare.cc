@@ -95,7 +95,7 @@ void Run(const PrepareOptions& o) {
   std::printf(
       "prepared %s: %ld documents, %.1f MB, tokenizer %s (%d ids)\n"
       "  train %ld tokens, validation %ld tokens; unigram baseline %.3f nats/token\n"
-      "  wrote %s/{train.tok,val.tok,tokenizer.json,corpus.json} in %.1f s\n",
+      "  wrote %s/{train.tok,val.tok,val.txt,tokenizer.json,corpus.json} in %.1f s\n",
       source.c_str(), static_cast<long>(st.documents), st.bytes / 1e6,
       tok.value()->name().c_str(), tok.value()->vocab_size(), static_cast<long>(st.train_tokens),
       static_cast<long>(st.val_tokens), st.unigram_val_loss, o.out.c_str(), secs);

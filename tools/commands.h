@@ -33,6 +33,7 @@ void RegisterTrainCommand(CLI::App& app);      // cmd_train.cc
 void RegisterGenerateCommand(CLI::App& app);   // cmd_generate.cc
 void RegisterEvalCommand(CLI::App& app);       // cmd_eval.cc
 void RegisterLogitsCommand(CLI::App& app);     // cmd_logits.cc
+void RegisterStreamCommand(CLI::App& app);     // cmd_stream.cc
 
 }  // namespace attnlab::cli
 

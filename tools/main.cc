@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   attnlab::cli::RegisterGenerateCommand(app);
   attnlab::cli::RegisterEvalCommand(app);
   attnlab::cli::RegisterLogitsCommand(app);
+  attnlab::cli::RegisterStreamCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

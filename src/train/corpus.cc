@@ -113,6 +113,7 @@ Result<CorpusStats> WriteCorpusTokens(const std::vector<std::string>& documents,
   if (ec) return Status::IoError("cannot create '" + out_dir + "': " + ec.message());
   CorpusStats st;
   std::vector<int32_t> train, val;
+  std::string val_text;  // the validation documents as plain text (never trained on)
   const std::optional<int32_t> eot = tokenizer.eos_id();
   for (size_t i = 0; i < documents.size(); ++i) {
     ATTNLAB_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(documents[i]));
@@ -121,6 +122,7 @@ Result<CorpusStats> WriteCorpusTokens(const std::vector<std::string>& documents,
     dst.insert(dst.end(), ids.begin(), ids.end());
     if (eot) dst.push_back(*eot);
     (is_val ? st.val_documents : st.train_documents)++;
+    if (is_val) val_text += (val_text.empty() ? "" : "\n\n") + documents[i];
     st.bytes += static_cast<int64_t>(documents[i].size());
   }
   st.documents = static_cast<int64_t>(documents.size());
@@ -130,6 +132,7 @@ Result<CorpusStats> WriteCorpusTokens(const std::vector<std::string>& documents,
   st.unigram_val_loss = UnigramLoss(train, val, tokenizer.vocab_size());
   ATTNLAB_RETURN_IF_ERROR(WriteTokenFile(out_dir + "/train.tok", train, tokenizer.vocab_size()));
   ATTNLAB_RETURN_IF_ERROR(WriteTokenFile(out_dir + "/val.tok", val, tokenizer.vocab_size()));
+  ATTNLAB_RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/val.txt", val_text + "\n"));
   return st;
 }
 

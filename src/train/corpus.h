@@ -36,7 +36,8 @@ struct CorpusStats {
 };
 
 // Tokenises documents (each followed by the tokenizer's end-of-text id, if it has one) into
-// out_dir/train.tok and out_dir/val.tok; every `val_every`-th document goes to validation.
+// out_dir/train.tok and out_dir/val.tok; every `val_every`-th document goes to validation, and
+// its plain text to out_dir/val.txt (held-out text for evaluation, streaming and analysis).
 Result<CorpusStats> WriteCorpusTokens(const std::vector<std::string>& documents,
                                       const Tokenizer& tokenizer, int64_t val_every,
                                       const std::string& out_dir);
