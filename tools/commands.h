@@ -33,7 +33,9 @@ void RegisterTrainCommand(CLI::App& app);      // cmd_train.cc
 void RegisterGenerateCommand(CLI::App& app);   // cmd_generate.cc
 void RegisterEvalCommand(CLI::App& app);       // cmd_eval.cc
 void RegisterLogitsCommand(CLI::App& app);     // cmd_logits.cc
+void RegisterReportDemoCommand(CLI::App& app);  // cmd_report_demo.cc (hidden)
 void RegisterStreamCommand(CLI::App& app);     // cmd_stream.cc
+void RegisterAnalyzeCommand(CLI::App& app);    // cmd_analyze.cc
 
 }  // namespace attnlab::cli
 

@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   attnlab::cli::RegisterGenerateCommand(app);
   attnlab::cli::RegisterEvalCommand(app);
   attnlab::cli::RegisterLogitsCommand(app);
+  attnlab::cli::RegisterReportDemoCommand(app);
   attnlab::cli::RegisterStreamCommand(app);
+  attnlab::cli::RegisterAnalyzeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

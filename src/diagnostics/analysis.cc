@@ -1,0 +1,363 @@
+#include "diagnostics/analysis.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "attnlab/attention.h"
+#include "model/kv_cache.h"
+
+namespace attnlab {
+
+namespace {
+
+// Collects, for one window, what each layer exposes.
+class WindowObserver : public ForwardObserver {
+ public:
+  WindowObserver(const ModelConfig& c, std::vector<AttentionStatsAccumulator>* stats,
+                 int64_t window_len, bool keep_streams)
+      : c_(c), stats_(stats), keep_(keep_streams) {
+    const int64_t L = c.n_layer, C = c.d_model;
+    if (keep_) {
+      emb_.reserve(window_len * C);
+      res_.assign(L, {});
+      att_.assign(L, {});
+      q_.assign(L, {});
+      for (int64_t l = 0; l < L; ++l) {
+        res_[l].reserve(window_len * C);
+        att_[l].reserve(window_len * C);
+        q_[l].reserve(window_len * C);
+      }
+    }
+    k_all_.resize(L);
+    len_k_.assign(L, 0);
+    params_.resize(L);
+    sinks_.resize(L);
+  }
+
+  void OnLayer(const LayerTensors& t) override {
+    if (!status_.ok()) return;
+    const int64_t C = c_.d_model, Q = c_.qkv_dim(), H = c_.n_head, hd = c_.head_dim();
+    status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
+    k_all_[t.layer] = t.k_all;
+    len_k_[t.layer] = t.len_k;
+    params_[t.layer] = *t.attention;
+    if (!t.attention->sink_logits.empty()) {
+      sinks_[t.layer].assign(t.attention->sink_logits.begin(), t.attention->sink_logits.end());
+      params_[t.layer].sink_logits = sinks_[t.layer];
+    }
+    params_[t.layer].pool = nullptr;
+    if (!keep_) return;
+    if (t.layer == 0) emb_.insert(emb_.end(), t.residual_in, t.residual_in + t.len * C);
+    res_[t.layer].insert(res_[t.layer].end(), t.residual_out, t.residual_out + t.len * C);
+    att_[t.layer].insert(att_[t.layer].end(), t.attn_out, t.attn_out + t.len * C);
+    for (int64_t i = 0; i < t.len; ++i) {
+      const float* q = t.qkv + i * Q;
+      q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
+    }
+  }
+
+  Status status_;
+  ModelConfig c_;
+  std::vector<AttentionStatsAccumulator>* stats_;
+  bool keep_;
+  std::vector<float> emb_;
+  std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C]
+  std::vector<AttentionTensor> k_all_;
+  std::vector<int64_t> len_k_;
+  std::vector<AttentionParams> params_;
+  std::vector<std::vector<float>> sinks_;
+};
+
+// Runs one sequence through a fresh dense cache in chunks, with the observer attached.
+Status RunSequence(Gpt& model, const std::vector<int32_t>& seq, int64_t chunk, DenseKvCache* cache,
+                   ForwardObserver* obs) {
+  model.set_observer(obs);
+  Status st;
+  for (int64_t s = 0; s < static_cast<int64_t>(seq.size()) && st.ok(); s += chunk) {
+    const int64_t n = std::min<int64_t>(chunk, seq.size() - s);
+    st = model.Forward(seq.data() + s, nullptr, 1, n, nullptr, cache);
+  }
+  model.set_observer(nullptr);
+  return st;
+}
+
+void AddStream(StreamMetrics& acc, const RepresentationMetrics& m, int64_t window) {
+  acc.relative_residual += m.residual.relative;
+  acc.mean_cosine += m.cosine.mean_cosine;
+  acc.mad += m.cosine.mad;
+  acc.dirichlet += m.dirichlet.energy;
+  acc.dirichlet_relative += m.dirichlet.relative;
+  acc.erank += m.erank.erank;
+  acc.erank_centred += m.erank_centred.erank;
+  if (window == 0 || m.massive.ratio > acc.massive.ratio) {
+    acc.massive = m.massive;
+    acc.massive_window = window;
+  }
+}
+
+void DivideStream(StreamMetrics& acc, double n) {
+  for (double* x : {&acc.relative_residual, &acc.mean_cosine, &acc.mad, &acc.dirichlet,
+                    &acc.dirichlet_relative, &acc.erank, &acc.erank_centred}) {
+    *x /= n;
+  }
+}
+
+int64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text,
+                                    const AnalysisOptions& o, bool progress) {
+  const ModelConfig& c = model.config();
+  const int64_t L = c.n_layer, H = c.n_head, hd = c.head_dim(), C = c.d_model;
+  const int64_t group = H / c.kv_heads();
+  const int64_t bos = o.bos >= 0 ? 1 : 0;
+  const int64_t window = o.window > 0 ? o.window : c.context;
+  if (window <= bos) return Status::InvalidArgument("the window must hold at least one text token");
+  if (c.position == PositionEncoding::kLearned && window > c.max_positions()) {
+    return Status::InvalidArgument("a window of " + std::to_string(window) +
+                                   " tokens exceeds the " + std::to_string(c.max_positions()) +
+                                   " learned positions of the model");
+  }
+  if (o.chunk < 1) return Status::InvalidArgument("chunk must be >= 1");
+  std::vector<int32_t> tokens = text;
+  if (o.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > o.max_tokens) tokens.resize(o.max_tokens);
+  if (tokens.empty()) return Status::InvalidArgument("the text has no tokens to analyse");
+  const auto t0 = std::chrono::steady_clock::now();
+
+  AttentionStatsOptions so;
+  so.first_k = o.first_k;
+  so.jsd_rows = o.jsd_rows;
+  so.diagonals = {AttentionDiagonal{1, 0, -1}};  // previous token, on the text itself
+  std::vector<AttentionStatsAccumulator> stats;
+  for (int64_t l = 0; l < L; ++l) {
+    ATTNLAB_ASSIGN_OR_RETURN(auto acc, AttentionStatsAccumulator::Create(so, H, c.kv_heads(), hd));
+    stats.push_back(std::move(acc));
+  }
+  AnalysisResult r;
+  r.config = c;
+  r.text_tokens = static_cast<int64_t>(tokens.size());
+  r.window = window;
+  r.bos = o.bos;
+  r.layers.resize(L);
+  for (auto& la : r.layers) {
+    la.head_cka.assign(H * H, 0.0);
+    la.geometry.assign(H, HeadGeometry{});
+  }
+  const int64_t per_window = window - bos;
+  const int64_t n_windows = (r.text_tokens + per_window - 1) / per_window;
+  RepresentationMetricsOptions ro;
+  ro.effective_rank = o.effective_rank;
+  for (int64_t w = 0; w < n_windows; ++w) {
+    std::vector<int32_t> seq;
+    if (o.bos >= 0) seq.push_back(o.bos);
+    const int64_t s = w * per_window, e = std::min(r.text_tokens, s + per_window);
+    seq.insert(seq.end(), tokens.begin() + s, tokens.begin() + e);
+    const int64_t T = static_cast<int64_t>(seq.size());
+    WindowObserver obs(c, &stats, T, /*keep_streams=*/true);
+    DenseKvCache cache(L, c.kv_heads(), hd);
+    ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs));
+    ATTNLAB_RETURN_IF_ERROR(obs.status_);
+    // Representation metrics of this window.
+    ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics em,
+                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.emb_.data(), T, C), ro));
+    AddStream(r.embedding, em, w);
+    for (int64_t l = 0; l < L; ++l) {
+      LayerAnalysis& la = r.layers[l];
+      ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics m,
+                               ComputeRepresentationMetrics(MakeTokenMatrix(obs.res_[l].data(), T, C), ro));
+      AddStream(la.output, m, w);
+      if (T >= 2) {
+        ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
+                                 ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, C), H));
+        for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        const AttentionTensor& k = obs.k_all_[l];
+        TokenMatrix qm = MakeTokenMatrix(obs.q_[l].data() + h * hd, T, hd, H * hd);
+        TokenMatrix km{k.at(0, h / group, 0), obs.len_k_[l], hd, k.stride_token};
+        ATTNLAB_ASSIGN_OR_RETURN(SinkKeyGeometry g, ComputeSinkKeyGeometry(qm, km));
+        la.geometry[h].key_norm_ratio += g.key_norm_ratio;
+        la.geometry[h].cos_key0 += g.cos_key0;
+        la.geometry[h].cos_key_other += g.cos_key_other;
+      }
+      // Full maps of the requested heads, first window only.
+      if (w == 0 && T <= o.plot_max) {
+        for (auto [pl, ph] : o.plot_heads) {
+          if (pl != l) continue;
+          const AttentionShape shape{1, H, c.kv_heads(), T, obs.len_k_[l], hd};
+          std::vector<float> out(T * H * hd), probs(H * T * obs.len_k_[l]);
+          AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd);
+          ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(
+              shape, obs.params_[l], qv, obs.k_all_[l], obs.k_all_[l],
+              TokenMajorView(out.data(), 1, H, T, hd), {}, probs));
+          AttentionMap map;
+          map.layer = pl, map.head = ph, map.len = T;
+          map.probs.assign(probs.begin() + ph * T * T, probs.begin() + (ph + 1) * T * T);
+          r.maps.push_back(std::move(map));
+        }
+      }
+    }
+    if (progress && (w % 16 == 15 || w + 1 == n_windows)) {
+      std::fprintf(stderr, "analyze: window %ld/%ld (%ld tokens)\n", static_cast<long>(w + 1),
+                   static_cast<long>(n_windows), static_cast<long>(e));
+    }
+  }
+  r.windows = n_windows;
+  DivideStream(r.embedding, n_windows);
+  for (int64_t l = 0; l < L; ++l) {
+    LayerAnalysis& la = r.layers[l];
+    DivideStream(la.output, n_windows);
+    for (double& x : la.head_cka) x /= n_windows;
+    for (HeadGeometry& g : la.geometry) {
+      g.key_norm_ratio /= n_windows, g.cos_key0 /= n_windows, g.cos_key_other /= n_windows;
+    }
+    la.attention = stats[l].Finish();
+  }
+
+  // Head patterns on repeated random sequences (TransformerLens' detector).
+  const int64_t n = o.pattern_len > 0 ? o.pattern_len : std::min<int64_t>(64, (window - bos) / 2);
+  r.pattern_len = n;
+  if (o.pattern_sequences > 0 && n >= 2) {
+    AttentionStatsOptions po;
+    po.first_k = 0;
+    po.jsd_rows = 1;
+    po.diagonals = {AttentionDiagonal{1, bos, -1}, AttentionDiagonal{n, bos + n, bos + 2 * n},
+                    AttentionDiagonal{n - 1, bos + n, bos + 2 * n}};
+    std::vector<AttentionStatsAccumulator> pstats;
+    for (int64_t l = 0; l < L; ++l) {
+      ATTNLAB_ASSIGN_OR_RETURN(auto acc, AttentionStatsAccumulator::Create(po, H, c.kv_heads(), hd));
+      pstats.push_back(std::move(acc));
+    }
+    std::mt19937_64 rng(o.seed);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+    for (int64_t s = 0; s < o.pattern_sequences; ++s) {
+      std::vector<int32_t> seq;
+      if (o.bos >= 0) seq.push_back(o.bos);
+      std::vector<int32_t> rnd(n);
+      for (auto& x : rnd) x = tok(rng);
+      seq.insert(seq.end(), rnd.begin(), rnd.end());
+      seq.insert(seq.end(), rnd.begin(), rnd.end());
+      WindowObserver obs(c, &pstats, static_cast<int64_t>(seq.size()), /*keep_streams=*/false);
+      DenseKvCache cache(L, c.kv_heads(), hd);
+      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs));
+      ATTNLAB_RETURN_IF_ERROR(obs.status_);
+    }
+    for (int64_t l = 0; l < L; ++l) r.layers[l].patterns = pstats[l].Finish();
+  }
+
+  // Sinks: the heads whose alpha_1 exceeds eps.
+  std::vector<AttentionLayerStats> all;
+  for (const LayerAnalysis& la : r.layers) all.push_back(la.attention);
+  r.sink_rate_1 = o.first_k >= 1 ? AttentionSinkRate(all, 1, o.sink_eps) : 0.0;
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      const auto& a = r.layers[l].attention.heads[h].alpha;
+      if (!a.empty() && a[0] > o.sink_eps) r.sink_heads.push_back({l, h});
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.peak_rss_bytes = PeakRssBytes();
+  return r;
+}
+
+namespace {
+
+nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+nlohmann::json StreamJson(const StreamMetrics& s) {
+  nlohmann::json top = nlohmann::json::array();
+  for (const Activation& a : s.massive.top) {
+    top.push_back({{"token", a.token}, {"channel", a.channel}, {"value", a.value}});
+  }
+  return {{"relative_residual", Num(s.relative_residual)},
+          {"mean_cosine", Num(s.mean_cosine)},
+          {"mad", Num(s.mad)},
+          {"dirichlet_energy", Num(s.dirichlet)},
+          {"dirichlet_relative", Num(s.dirichlet_relative)},
+          {"effective_rank", Num(s.erank)},
+          {"effective_rank_centred", Num(s.erank_centred)},
+          {"massive",
+           {{"ratio", Num(s.massive.ratio)},
+            {"max_abs", Num(s.massive.max_abs)},
+            {"median_abs", Num(s.massive.median_abs)},
+            {"token", s.massive.max.token},
+            {"channel", s.massive.max.channel},
+            {"window", s.massive_window},
+            {"count", s.massive.massive_count},
+            {"top", top}}}};
+}
+
+nlohmann::json Vec(const std::vector<double>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (double x : v) a.push_back(Num(x));
+  return a;
+}
+
+}  // namespace
+
+nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o) {
+  const ModelConfig& c = r.config;
+  nlohmann::json layers = nlohmann::json::array();
+  for (int64_t l = 0; l < static_cast<int64_t>(r.layers.size()); ++l) {
+    const LayerAnalysis& la = r.layers[l];
+    nlohmann::json heads = nlohmann::json::array();
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      const AttentionHeadStats& s = la.attention.heads[h];
+      nlohmann::json head{{"head", h},
+                          {"alpha", Vec(s.alpha)},
+                          {"first_mass", Vec(s.first_mass)},
+                          {"last_key0", Num(s.last_key0)},
+                          {"last_visible", s.last_visible},
+                          {"entropy", Num(s.entropy)},
+                          {"distance", Num(s.distance)},
+                          {"sink_mass", Num(s.sink_mass)},
+                          {"previous_token_text", s.diagonal.empty() ? nlohmann::json(nullptr) : Num(s.diagonal[0])},
+                          {"key_norm_ratio", Num(la.geometry[h].key_norm_ratio)},
+                          {"cos_q_key0", Num(la.geometry[h].cos_key0)},
+                          {"cos_q_other_keys", Num(la.geometry[h].cos_key_other)}};
+      if (!la.patterns.heads.empty()) {
+        const auto& d = la.patterns.heads[h].diagonal;
+        head["previous_token_score"] = Num(d[0]);
+        head["duplicate_token_score"] = Num(d[1]);
+        head["induction_score"] = Num(d[2]);
+      }
+      heads.push_back(head);
+    }
+    layers.push_back({{"layer", l},
+                      {"heads", heads},
+                      {"jsd", Vec(la.attention.jsd)},
+                      {"jsd_sample_rows", la.attention.jsd_sample_rows},
+                      {"head_cka", Vec(la.head_cka)},
+                      {"output", StreamJson(la.output)}});
+  }
+  nlohmann::json sink_heads = nlohmann::json::array();
+  for (auto [l, h] : r.sink_heads) sink_heads.push_back({{"layer", l}, {"head", h}});
+  std::vector<AttentionLayerStats> all;
+  for (const LayerAnalysis& la : r.layers) all.push_back(la.attention);
+  nlohmann::json sink_rates = nlohmann::json::object();
+  for (int64_t k = 1; k <= o.first_k; ++k) {
+    sink_rates["k" + std::to_string(k)] = AttentionSinkRate(all, k, o.sink_eps);
+  }
+  return {{"format", "attnlab-analysis"},
+          {"version", 1},
+          {"model", {{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"d_model", c.d_model},
+                     {"head_dim", c.head_dim()}, {"context", c.context}, {"vocab_size", c.vocab_size},
+                     {"config", nlohmann::json::parse(ModelConfigToJson(c))}}},
+          {"input", {{"text_tokens", r.text_tokens}, {"window", r.window}, {"windows", r.windows},
+                     {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
+          {"sinks", {{"eps", o.sink_eps}, {"sink_rate", sink_rates}, {"sink_heads", sink_heads}}},
+          {"embedding", StreamJson(r.embedding)},
+          {"layers", layers},
+          {"run", {{"seconds", r.seconds}, {"peak_rss_bytes", r.peak_rss_bytes}}}};
+}
+
+}  // namespace attnlab

@@ -1,0 +1,96 @@
+// `attnlab analyze`'s computation: runs a model over a text through a KV cache in chunks, and
+// turns what each layer exposes (ForwardObserver) into the sink, collapse and head metrics of
+// docs/METRICS.md. No len x len map is ever held: attention statistics stream over query rows
+// (attention_stats.h), representation metrics need one window's residual stream per layer
+// (O(window * d_model)), and full maps are materialised only for the heads asked for, up to
+// plot_max tokens.
+//
+// Windows. The text is cut into consecutive windows of `window` tokens (default: the model's
+// context), each run as its own sequence (with the BOS token first when the model was trained with
+// one), as the model was trained. Attention statistics accumulate over every query row of every
+// window; representation metrics are computed per window and averaged (massive activations: the
+// largest over windows).
+#ifndef ATTNLAB_DIAGNOSTICS_ANALYSIS_H_
+#define ATTNLAB_DIAGNOSTICS_ANALYSIS_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "diagnostics/attention_stats.h"
+#include "diagnostics/representation_metrics.h"
+#include "model/gpt.h"
+
+namespace attnlab {
+
+struct AnalysisOptions {
+  int64_t window = 0;      // tokens per window (0: the model's context)
+  int64_t max_tokens = 0;  // analyse at most this many text tokens (0: all)
+  int32_t bos = -1;        // >= 0: every window starts with this token
+  int64_t chunk = 256;     // query rows per cached forward
+  int64_t first_k = 4;     // alpha_k, first-k mass for k = 1..first_k
+  int64_t jsd_rows = 256;
+  double sink_eps = 0.3;   // Gu et al.'s eps for Sink_k^eps and the list of sink heads
+  bool effective_rank = true;
+  // Head patterns (TransformerLens): `pattern_sequences` random sequences of pattern_len tokens
+  // repeated twice (0 = min(64, (window - bos) / 2)).
+  int64_t pattern_sequences = 4;
+  int64_t pattern_len = 0;
+  uint64_t seed = 1;
+  // Full attention maps for these (layer, head) pairs, from the first window, if it has at most
+  // plot_max tokens.
+  std::vector<std::pair<int64_t, int64_t>> plot_heads;
+  int64_t plot_max = 512;
+};
+
+// Averages over windows of the representation metrics of one residual stream.
+struct StreamMetrics {
+  double relative_residual = 0, mean_cosine = 0, mad = 0, dirichlet = 0, dirichlet_relative = 0;
+  double erank = 0, erank_centred = 0;
+  MassiveActivations massive;  // the window with the largest ratio
+  int64_t massive_window = 0;
+};
+
+struct HeadGeometry {  // averaged over windows
+  double key_norm_ratio = 0, cos_key0 = 0, cos_key_other = 0;
+};
+
+struct LayerAnalysis {
+  AttentionLayerStats attention;     // streamed over every query row
+  AttentionLayerStats patterns;      // on the repeated random sequences (diagonal scores)
+  StreamMetrics output;              // the layer's output residual stream
+  std::vector<double> head_cka;      // [H * H] linear CKA between head outputs (window mean)
+  std::vector<HeadGeometry> geometry;  // [H]
+};
+
+struct AttentionMap {
+  int64_t layer = 0, head = 0, len = 0;
+  std::vector<float> probs;  // [len, len]
+};
+
+struct AnalysisResult {
+  ModelConfig config;
+  int64_t text_tokens = 0, windows = 0, window = 0;
+  int32_t bos = -1;
+  StreamMetrics embedding;            // the residual stream entering layer 0
+  std::vector<LayerAnalysis> layers;  // [n_layer]
+  std::vector<AttentionMap> maps;
+  int64_t pattern_len = 0;
+  double sink_rate_1 = 0;             // Sink_1^eps
+  std::vector<std::pair<int64_t, int64_t>> sink_heads;  // (layer, head) with alpha_1 > eps
+  double seconds = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+// Runs the analysis. tokens: the text's ids (without BOS). Progress lines go to stderr when
+// `progress` is set.
+Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& tokens,
+                                    const AnalysisOptions& options, bool progress = false);
+
+// The report.json document (schema: docs/ANALYZE.md).
+nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& options);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_DIAGNOSTICS_ANALYSIS_H_

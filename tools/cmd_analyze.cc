@@ -1,0 +1,395 @@
+// `attnlab analyze`: where are this model's attention sinks, and is its attention collapsing with
+// depth? One command, any text length, no len x len map (diagnostics/analysis.h).
+//
+//   attnlab analyze [--model M] [--text FILE | --prompt STR] [--out DIR] [--window W]
+//                   [--max-tokens N] [--plot-heads L.H,L.H] [--plot-max 512] [--eps 0.3]
+//
+// Writes DIR/report.json (schema: docs/ANALYZE.md), DIR/heads.csv (one row per layer x head),
+// DIR/layers.csv (one row per depth) and DIR/report.html (self-contained, plots inline), then
+// prints the answer, the time and the peak memory.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "cli_model.h"
+#include "commands.h"
+#include "core/atomic_file.h"
+#include "core/resources.h"
+#include "diagnostics/analysis.h"
+#include "report/csv.h"
+#include "report/html_report.h"
+#include "report/svg_plot.h"
+
+namespace attnlab::cli {
+namespace {
+
+struct AnalyzeOptions {
+  std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
+  int64_t window = 0, max_tokens = 0, plot_max = 512;
+  double eps = 0.3;
+};
+
+std::string Fmt(double x, const char* f = "%.3f") {
+  if (!std::isfinite(x)) return "n/a";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParseHeads(const std::string& s, const ModelConfig& c) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  size_t pos = 0;
+  while (!s.empty() && pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(pos, end - pos);
+    long l = -1, h = -1;
+    char extra;
+    if (std::sscanf(item.c_str(), "%ld.%ld%c", &l, &h, &extra) != 2 || l < 0 || h < 0 ||
+        l >= c.n_layer || h >= c.n_head) {
+      throw CommandError("--plot-heads: expected LAYER.HEAD pairs inside the model (" +
+                         std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
+                         " heads), got '" + item + "'");
+    }
+    out.push_back({l, h});
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Layer x head matrix of one per-head statistic.
+report::Heatmap HeadMap(const AnalysisResult& r, const std::string& title, const std::string& label,
+                        const std::function<double(const LayerAnalysis&, int64_t)>& f) {
+  report::Heatmap m;
+  m.title = title;
+  m.rows = r.config.n_layer;
+  m.cols = r.config.n_head;
+  m.x_label = "head";
+  m.y_label = "layer";
+  m.value_label = label;
+  for (int64_t l = 0; l < m.rows; ++l) {
+    for (int64_t h = 0; h < m.cols; ++h) m.values.push_back(f(r.layers[l], h));
+  }
+  return m;
+}
+
+report::Series DepthSeries(const AnalysisResult& r, const std::string& name,
+                           const std::function<double(const StreamMetrics&)>& f) {
+  report::Series s;
+  s.name = name;
+  s.x.push_back(0);
+  s.y.push_back(f(r.embedding));
+  for (int64_t l = 0; l < r.config.n_layer; ++l) {
+    s.x.push_back(static_cast<double>(l + 1));
+    s.y.push_back(f(r.layers[l].output));
+  }
+  return s;
+}
+
+void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& text_name,
+                 const AnalysisResult& r, const AnalysisOptions& ao) {
+  const ModelConfig& c = r.config;
+  const int64_t L = c.n_layer, H = c.n_head;
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) throw CommandError("cannot create " + o.out + ": " + ec.message());
+  const nlohmann::json j = AnalysisToJson(r, ao);
+  Check(WriteFileAtomically(o.out + "/report.json", j.dump(2) + "\n"));
+
+  // CSV tables.
+  report::CsvWriter heads({"layer", "head", "alpha_1", "first_mass_1", "last_key0", "uniform_last",
+                           "entropy", "distance", "sink_mass", "previous_token", "induction",
+                           "duplicate_token", "key_norm_ratio", "cos_q_key0"});
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
+      const auto& pat = r.layers[l].patterns.heads;
+      auto d = [&](int i) { return pat.empty() ? NAN : pat[h].diagonal[i]; };
+      heads.AddNumericRow({double(l), double(h), s.alpha.empty() ? NAN : s.alpha[0],
+                           s.first_mass.empty() ? NAN : s.first_mass[0], s.last_key0,
+                           s.last_visible ? 1.0 / s.last_visible : NAN, s.entropy, s.distance,
+                           s.sink_mass, d(0), d(2), d(1), r.layers[l].geometry[h].key_norm_ratio,
+                           r.layers[l].geometry[h].cos_key0});
+    }
+  }
+  Check(heads.WriteTo(o.out + "/heads.csv"));
+  report::CsvWriter layers({"depth", "relative_residual", "mean_cosine", "mad", "dirichlet_relative",
+                            "effective_rank", "massive_ratio"});
+  auto add_depth = [&](int64_t d, const StreamMetrics& s) {
+    layers.AddNumericRow({double(d), s.relative_residual, s.mean_cosine, s.mad,
+                          s.dirichlet_relative, s.erank, s.massive.ratio});
+  };
+  add_depth(0, r.embedding);
+  for (int64_t l = 0; l < L; ++l) add_depth(l + 1, r.layers[l].output);
+  Check(layers.WriteTo(o.out + "/layers.csv"));
+
+  // The answer at a glance.
+  int64_t best_l = 0, best_h = 0;
+  double best = -1, last_sum = 0, uniform_sum = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
+      const double a = s.alpha.empty() ? 0 : s.alpha[0];
+      if (a > best) best = a, best_l = l, best_h = h;
+      last_sum += s.last_key0;
+      uniform_sum += s.last_visible ? 1.0 / s.last_visible : 0;
+    }
+  }
+  const double last_mean = last_sum / (L * H), uniform = uniform_sum / (L * H);
+  std::string sink_text;
+  if (r.sink_heads.empty()) {
+    sink_text = "No attention sink at eps = " + Fmt(ao.sink_eps, "%.2f") +
+                ": no head gives token 0 more than that share of its attention on average (the "
+                "strongest, layer " + std::to_string(best_l) + " head " + std::to_string(best_h) +
+                ", gives alpha_1 = " + Fmt(best) + ").";
+  } else {
+    sink_text = std::to_string(r.sink_heads.size()) + " of " + std::to_string(L * H) +
+                " heads are attention sinks (alpha_1 > " + Fmt(ao.sink_eps, "%.2f") +
+                ", Sink_1 = " + Fmt(100 * r.sink_rate_1, "%.1f") + "%): ";
+    for (size_t i = 0; i < r.sink_heads.size() && i < 12; ++i) {
+      sink_text += (i ? ", " : "") + std::string("L") + std::to_string(r.sink_heads[i].first) +
+                   ".H" + std::to_string(r.sink_heads[i].second);
+    }
+    if (r.sink_heads.size() > 12) sink_text += ", ...";
+    sink_text += ". Strongest: layer " + std::to_string(best_l) + " head " + std::to_string(best_h) +
+                 " with alpha_1 = " + Fmt(best) + ".";
+  }
+  const double res0 = r.embedding.relative_residual, resL = r.layers.back().output.relative_residual;
+  const double cos0 = r.embedding.mean_cosine, cosL = r.layers.back().output.mean_cosine;
+  const std::string collapse_text =
+      "Token uniformity: relative residual " + Fmt(res0) + " at the embedding, " + Fmt(resL) +
+      " after the last layer; mean token cosine " + Fmt(cos0) + " -> " + Fmt(cosL) +
+      (resL < 0.05 ? " (collapsed: the tokens' representations are nearly identical)." : " (no rank collapse).");
+
+  report::HtmlReport html("Attention analysis: " + m.path);
+  html.SetSubtitle(std::to_string(r.text_tokens) + " tokens of " + text_name + " in " +
+                   std::to_string(r.windows) + " window(s) of " + std::to_string(r.window) +
+                   "; " + std::to_string(L) + " layers x " + std::to_string(H) + " heads");
+  html.SetSummary(sink_text + " " + collapse_text);
+  html.AddSummaryFact("Sink_1 (eps " + Fmt(ao.sink_eps, "%.2f") + ")", Fmt(100 * r.sink_rate_1, "%.1f") + "%");
+  html.AddSummaryFact("max alpha_1", Fmt(best));
+  html.AddSummaryFact("last query on token 0", Fmt(last_mean) + " vs uniform " + Fmt(uniform, "%.4f"));
+  html.AddSummaryFact("relative residual (last layer)", Fmt(resL));
+
+  html.AddSection("sinks", "Attention sinks");
+  html.AddParagraph(
+      "alpha_1 is the average attention every query gives token 0 (Gu et al. 2024); a head is a "
+      "sink when it exceeds eps. The mission documents' GPT-2 experiment looks at the last query's "
+      "attention on token 0, compared with the uniform share 1/n.");
+  html.AddFigure(report::RenderHeatmap(HeadMap(r, "alpha_1: attention received by token 0", "alpha_1",
+                                               [](const LayerAnalysis& la, int64_t h) {
+                                                 const auto& a = la.attention.heads[h].alpha;
+                                                 return a.empty() ? NAN : a[0];
+                                               })),
+                 "Layer x head: mean attention on the first token.", "fig-alpha1");
+  html.AddFigure(report::RenderHeatmap(HeadMap(r, "Last query's attention on token 0", "probability",
+                                               [](const LayerAnalysis& la, int64_t h) {
+                                                 return la.attention.heads[h].last_key0;
+                                               })),
+                 "Layer x head: the last query row (uniform would be " + Fmt(uniform, "%.4f") + ").",
+                 "fig-last-row");
+  {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::tuple<double, int64_t, int64_t>> order;
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t h = 0; h < H; ++h) {
+        const auto& a = r.layers[l].attention.heads[h].alpha;
+        order.push_back({a.empty() ? 0 : a[0], l, h});
+      }
+    }
+    std::sort(order.rbegin(), order.rend());
+    for (size_t i = 0; i < order.size() && i < 10; ++i) {
+      auto [a, l, h] = order[i];
+      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
+      const HeadGeometry& g = r.layers[l].geometry[h];
+      rows.push_back({std::to_string(l), std::to_string(h), Fmt(a),
+                      Fmt(s.last_key0), Fmt(s.entropy), Fmt(g.key_norm_ratio), Fmt(g.cos_key0),
+                      Fmt(g.cos_key_other)});
+    }
+    html.AddTable({"layer", "head", "alpha_1", "last query on token 0", "entropy",
+                   "|k_0| / mean |k|", "cos(q, k_0)", "cos(q, other keys)"},
+                  rows, "The ten heads that attend most to token 0.");
+  }
+
+  html.AddSection("collapse", "Collapse with depth");
+  html.AddParagraph(collapse_text);
+  {
+    report::XyPlot p;
+    p.title = "Token uniformity of the residual stream";
+    p.x.label = "depth (0 = embedding)";
+    p.y.label = "value";
+    p.series = {DepthSeries(r, "relative residual", [](const StreamMetrics& s) { return s.relative_residual; }),
+                DepthSeries(r, "mean token cosine", [](const StreamMetrics& s) { return s.mean_cosine; }),
+                DepthSeries(r, "MAD", [](const StreamMetrics& s) { return s.mad; }),
+                DepthSeries(r, "Dirichlet energy (relative)", [](const StreamMetrics& s) { return s.dirichlet_relative; })};
+    p.markers = true;
+    html.AddFigure(report::RenderLinePlot(p), "Relative residual (Dong et al. 2021), mean pairwise "
+                   "cosine, MAD and relative Dirichlet energy per depth.", "fig-collapse");
+    report::XyPlot e;
+    e.title = "Effective rank of the residual stream";
+    e.x.label = "depth (0 = embedding)";
+    e.y.label = "effective rank";
+    e.series = {DepthSeries(r, "uncentred", [](const StreamMetrics& s) { return s.erank; }),
+                DepthSeries(r, "centred", [](const StreamMetrics& s) { return s.erank_centred; })};
+    e.markers = true;
+    html.AddFigure(report::RenderLinePlot(e), "Roy & Vetterli's effective rank per depth.", "fig-erank");
+  }
+  html.AddFigure(report::RenderHeatmap(HeadMap(r, "Normalised attention entropy", "entropy (1 = uniform)",
+                                               [](const LayerAnalysis& la, int64_t h) {
+                                                 return la.attention.heads[h].entropy;
+                                               })),
+                 "Layer x head: 1 = uniform attention (collapse), 0 = one key.", "fig-entropy");
+  html.AddFigure(report::RenderHeatmap(HeadMap(r, "Mean attention distance", "tokens",
+                                               [](const LayerAnalysis& la, int64_t h) {
+                                                 return la.attention.heads[h].distance;
+                                               })),
+                 "Layer x head: how far back each head looks.", "fig-distance");
+
+  html.AddSection("heads", "What the heads do");
+  if (!r.layers.empty() && !r.layers[0].patterns.heads.empty()) {
+    const char* names[3] = {"previous-token score", "duplicate-token score", "induction score"};
+    const char* ids[3] = {"fig-prev", "fig-dup", "fig-induction"};
+    for (int i = 0; i < 3; ++i) {
+      html.AddFigure(report::RenderHeatmap(HeadMap(r, names[i], "score",
+                                                   [i](const LayerAnalysis& la, int64_t h) {
+                                                     return la.patterns.heads[h].diagonal[i];
+                                                   })),
+                     std::string(names[i]) + " on " + std::to_string(ao.pattern_sequences) +
+                         " random sequences of " + std::to_string(r.pattern_len) +
+                         " tokens repeated twice (TransformerLens' head detector).",
+                     ids[i]);
+    }
+  }
+  {
+    report::XyPlot p;
+    p.title = "Diversity between the heads of each layer";
+    p.x.label = "layer";
+    p.y.label = "mean over head pairs";
+    report::Series jsd{"Jensen-Shannon distance", {}, {}}, cka{"linear CKA of head outputs", {}, {}};
+    for (int64_t l = 0; l < L; ++l) {
+      double sj = 0, sc = 0;
+      int64_t n = 0;
+      for (int64_t a = 0; a < H; ++a) {
+        for (int64_t b = a + 1; b < H; ++b) {
+          const double x = r.layers[l].attention.jsd[a * H + b];
+          if (std::isfinite(x)) sj += x;
+          sc += r.layers[l].head_cka[a * H + b];
+          ++n;
+        }
+      }
+      jsd.x.push_back(l), jsd.y.push_back(n ? sj / n : NAN);
+      cka.x.push_back(l), cka.y.push_back(n ? sc / n : NAN);
+    }
+    p.series = {jsd, cka};
+    p.markers = true;
+    html.AddFigure(report::RenderLinePlot(p), "High JSD and low CKA: diverse heads; JSD near 0 and "
+                   "CKA near 1: redundant heads.", "fig-diversity");
+  }
+
+  html.AddSection("massive", "Massive activations");
+  {
+    std::vector<std::vector<std::string>> rows;
+    auto row = [&](const std::string& name, const StreamMetrics& s) {
+      rows.push_back({name, Fmt(s.massive.ratio, "%.1f"), Fmt(s.massive.max_abs, "%.2f"),
+                      std::to_string(s.massive.max.token), std::to_string(s.massive.max.channel),
+                      std::to_string(s.massive.massive_count)});
+    };
+    row("embedding", r.embedding);
+    for (int64_t l = 0; l < L; ++l) row("layer " + std::to_string(l), r.layers[l].output);
+    html.AddTable({"residual stream", "max / median", "max |h|", "token", "channel",
+                   "massive (Sun et al.)"},
+                  rows, "The largest activation of each layer's output and where it sits.");
+  }
+
+  if (!r.maps.empty()) {
+    html.AddSection("maps", "Attention maps");
+    for (const AttentionMap& mp : r.maps) {
+      report::Heatmap hm;
+      hm.title = "Layer " + std::to_string(mp.layer) + " head " + std::to_string(mp.head);
+      hm.rows = hm.cols = mp.len;
+      hm.values.assign(mp.probs.begin(), mp.probs.end());
+      hm.x_label = "key";
+      hm.y_label = "query";
+      hm.value_label = "attention";
+      html.AddFigure(report::RenderHeatmap(hm), "First window, " + std::to_string(mp.len) + " tokens.");
+    }
+  }
+
+  html.AddSection("run", "Run");
+  html.AddKeyValueTable({{"model", m.path + " (" + m.format + ")"},
+                         {"text", text_name},
+                         {"tokens analysed", std::to_string(r.text_tokens)},
+                         {"windows", std::to_string(r.windows) + " x " + std::to_string(r.window) +
+                                         (r.bos >= 0 ? " (BOS first)" : "")},
+                         {"time", Fmt(r.seconds, "%.1f") + " s"},
+                         {"peak memory", Fmt(r.peak_rss_bytes / 1048576.0, "%.0f") + " MiB"},
+                         {"definitions", "docs/METRICS.md; JSON schema docs/ANALYZE.md"}});
+  Check(html.WriteTo(o.out + "/report.html"));
+  std::printf("%s\n%s\n", sink_text.c_str(), collapse_text.c_str());
+}
+
+void Run(const AnalyzeOptions& o) {
+  CliModel m = LoadCliModel(o.model, o.tokenizer, /*need_tokenizer=*/true);
+  const ModelConfig& c = m.gpt->config();
+  std::string text_name = "the prompt", text;
+  if (o.prompt.empty()) {
+    std::string path = o.text;
+    if (path.empty()) {
+      path = FindResource(kSampleTextPath);
+      if (path.empty()) throw CommandError("no --text given and the bundled sample text was not found");
+    }
+    text = ReadTextInput(path, "");
+    text_name = path;
+  } else {
+    text = ReadTextInput("", o.prompt);
+  }
+  auto enc = m.tokenizer->Encode(text);
+  Check(enc.status());
+  if (enc.value().empty()) throw CommandError("the text has no tokens");
+  AnalysisOptions ao;
+  ao.window = o.window;
+  ao.max_tokens = o.max_tokens;
+  ao.plot_max = o.plot_max;
+  ao.sink_eps = o.eps;
+  ao.plot_heads = ParseHeads(o.plot_heads, c);
+  if (TrainedWithBos(m)) ao.bos = *m.tokenizer->bos_id();
+  const int64_t window = o.window > 0 ? o.window : c.context;
+  if (!o.prompt.empty() && c.position == PositionEncoding::kLearned &&
+      static_cast<int64_t>(enc.value().size()) + (ao.bos >= 0) > c.max_positions()) {
+    throw CommandError("the prompt is " + std::to_string(enc.value().size()) +
+                       " tokens, longer than the model's " + std::to_string(c.max_positions()) +
+                       " learned positions");
+  }
+  if (window > c.context && c.position != PositionEncoding::kLearned) {
+    std::fprintf(stderr, "note: windows of %ld tokens exceed the model's training context of %ld\n",
+                 static_cast<long>(window), static_cast<long>(c.context));
+  }
+  auto r = AnalyzeModel(*m.gpt, enc.value(), ao, /*progress=*/true);
+  Check(r.status());
+  WriteReport(o, m, text_name, r.value(), ao);
+  std::printf("analysed %ld tokens in %.1f s, peak memory %.0f MiB\nreport: %s/report.html\n",
+              static_cast<long>(r.value().text_tokens), r.value().seconds,
+              r.value().peak_rss_bytes / 1048576.0, o.out.c_str());
+}
+
+}  // namespace
+
+void RegisterAnalyzeCommand(CLI::App& app) {
+  auto o = std::make_shared<AnalyzeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "analyze", "Attention sinks and collapse of a model on a text, with a report (no N x N maps)");
+  cmd->add_option("--model", o->model, "model (default: embedded)");
+  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
+  cmd->add_option("--prompt", o->prompt, "a text given on the command line instead");
+  cmd->add_option("--out", o->out, "report directory (analysis)");
+  cmd->add_option("--window", o->window, "tokens per window (default: the model's context)");
+  cmd->add_option("--max-tokens", o->max_tokens, "analyse at most this many tokens");
+  cmd->add_option("--plot-heads", o->plot_heads, "full attention maps for LAYER.HEAD,...");
+  cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)");
+  cmd->add_option("--eps", o->eps, "sink threshold on alpha_1 (0.3, Gu et al.)");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace attnlab::cli
