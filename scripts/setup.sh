@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libeigen3-dev
   python3-torch python3-numpy
-  time
+  time chromium
 )
 
 missing=()

@@ -1,0 +1,861 @@
+#include "diagnostics/attention_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "attnlab/thread_pool.h"
+#include "engine/attention_mask.h"
+#include "engine/attention_validate.h"
+#include "engine/gemm.h"
+#include "engine/simd.h"
+
+namespace attnlab {
+
+namespace {
+
+using internal::RowRange;
+using internal::RowVisibleRange;
+using simd::VecF;
+
+constexpr double kLn2 = 0.693147180559945309417;
+constexpr double kLog2e = 1.44269504088896340736;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string Str(int64_t x) { return std::to_string(x); }
+int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
+bool HasSink(SoftmaxKind k) { return k == SoftmaxKind::kSoftmax1 || k == SoftmaxKind::kSinkLogit; }
+
+Status ValidateOptions(const AttentionStatsOptions& o) {
+  if (o.first_k < 0) return Status::InvalidArgument("first_k must be >= 0, got " + Str(o.first_k));
+  if (o.jsd_rows < 0) {
+    return Status::InvalidArgument("jsd_rows must be >= 0 (0 = every row), got " + Str(o.jsd_rows));
+  }
+  if (o.block_rows < 1) {
+    return Status::InvalidArgument("block_rows must be >= 1, got " + Str(o.block_rows));
+  }
+  for (size_t d = 0; d < o.diagonals.size(); ++d) {
+    const AttentionDiagonal& g = o.diagonals[d];
+    if (g.pos_begin < 0 || g.pos_end < -1 || (g.pos_end >= 0 && g.pos_end < g.pos_begin)) {
+      return Status::InvalidArgument(
+          "diagonal " + Str(static_cast<int64_t>(d)) + ": position range [" + Str(g.pos_begin) +
+          ", " + Str(g.pos_end) +
+          ") is invalid; expected 0 <= pos_begin <= pos_end, or pos_end = -1");
+    }
+  }
+  return Status::Ok();
+}
+
+// Rows of local index i in [0, len_q) with pos(i) = i + off in [lo, hi) (hi = -1: unbounded).
+int64_t RowsWithPosIn(int64_t len_q, int64_t off, int64_t lo, int64_t hi) {
+  const int64_t a = std::clamp<int64_t>(lo - off, 0, len_q);
+  const int64_t b = hi < 0 ? len_q : std::clamp<int64_t>(hi - off, 0, len_q);
+  return std::max<int64_t>(0, b - a);
+}
+
+// Everything a task needs about one AddRows call.
+struct Call {
+  const AttentionParams* params;
+  const float* q;
+  int64_t q_stride;
+  AttentionTensor k;
+  int64_t len_q, len_k, heads_q, heads_kv, head_dim;
+  int64_t off;   // pos(i) = i + off
+  float scale2;  // scale * log2(e): scores are kept in the exp2 domain
+  double scale2_d;
+  double bias2;  // sigmoid_bias * log2(e)
+  SoftmaxKind kind;
+  ThreadPool* pool;
+};
+
+// Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window (lo,
+// hi and sink_end are non-decreasing in i). Empty when c1 <= c0.
+void BlockColumns(const AttentionMask& m, int64_t len_q, int64_t len_k, int64_t i0, int64_t i1,
+                  int64_t* c0, int64_t* c1) {
+  const RowRange first = RowVisibleRange(m, len_q, len_k, i0);
+  const RowRange last = RowVisibleRange(m, len_q, len_k, i1 - 1);
+  *c1 = std::max(last.hi + 1, last.sink_end);
+  *c0 = last.sink_end > 0 ? 0 : first.lo;
+}
+
+// Scores of rows [i0, i1) of query head h against keys [c0, c1), times scale * log2(e), into t
+// (row stride ld, a multiple of 16, >= c1 - c0); invisible keys and the padding up to ld are
+// -inf. n[r] = number of visible keys of row i0 + r (attention.h's visibility, via
+// RowVisibleRange / KeyVisible).
+void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, int64_t c1,
+                  float* t, int64_t ld, int64_t* n) {
+  const int64_t rows = i1 - i0, ncols = std::max<int64_t>(0, c1 - c0);
+  if (ncols > 0) {
+    const int64_t hk = h / (c.heads_q / c.heads_kv);
+    const int64_t ldk = ncols > 1 ? c.k.stride_token : std::max(c.k.stride_token, c.head_dim);
+    internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, rows, ncols, c.head_dim, c.scale2,
+                    c.q + i0 * c.q_stride + h * c.head_dim, c.q_stride, c.k.at(0, hk, c0), ldk,
+                    0.0f, t, ld, c.pool);
+  }
+  const AttentionMask& m = c.params->mask;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float* tr = t + r * ld;
+    if (ncols == 0) {
+      std::fill(tr, tr + ld, kNegInf);
+      n[r] = 0;
+      continue;
+    }
+    const RowRange rr = RowVisibleRange(m, c.len_q, c.len_k, i);
+    // Visible through the ranges, clipped to [c0, c1): [c0, a1) and [b0, b1), a1 <= b0.
+    const int64_t a1 = std::clamp(rr.sink_end, c0, c1);
+    const int64_t b0 = std::clamp(std::max(rr.lo, rr.sink_end), c0, c1);
+    const int64_t b1 = std::clamp(rr.hi + 1, b0, c1);
+    std::fill(tr + (a1 - c0), tr + (b0 - c0), kNegInf);
+    std::fill(tr + (b1 - c0), tr + ld, kNegInf);
+    int64_t cnt = (a1 - c0) + (b1 - b0);
+    if (m.explicit_mask) {  // the general rule, key by key (also covers mask_first_key)
+      auto apply = [&](int64_t lo, int64_t hi) {
+        for (int64_t j = lo; j < hi; ++j) {
+          if (!internal::KeyVisible(m, rr, 0, h, i, j)) {
+            tr[j - c0] = kNegInf;
+            --cnt;
+          }
+        }
+      };
+      apply(c0, a1);
+      apply(b0, b1);
+    } else if (m.mask_first_key && c0 == 0 && (a1 > 0 || (b0 == 0 && b1 > 0))) {
+      tr[0] = kNegInf;
+      --cnt;
+    }
+    n[r] = cnt;
+  }
+}
+
+// scale * log2(e) * q_i . k_j in double, for query head h.
+double Logit2(const Call& c, int64_t h, int64_t i, int64_t j) {
+  const float* qi = c.q + i * c.q_stride + h * c.head_dim;
+  const float* kj = c.k.at(0, h / (c.heads_q / c.heads_kv), j);
+  double dot = 0;
+  for (int64_t d = 0; d < c.head_dim; ++d) dot += static_cast<double>(qi[d]) * kj[d];
+  return c.scale2_d * dot;
+}
+
+float RowMax(const float* t, int64_t ld) {
+  VecF m = simd::Set1(kNegInf);
+  for (int64_t j = 0; j < ld; j += simd::kLanes) m = simd::Max(m, simd::Load(t + j));
+  return simd::ReduceMax(m);
+}
+
+// The row max and the first column holding it (t[0, ld), ld a multiple of 16, not all -inf).
+float RowArgMax(const float* t, int64_t ld, int64_t* arg) {
+  VecF m = simd::Set1(kNegInf);
+  simd::VecI at = {}, col = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const simd::VecI step = col * 0 + simd::kLanes;
+  for (int64_t j = 0; j < ld; j += simd::kLanes, col += step) {
+    const VecF x = simd::Load(t + j);
+    const simd::VecI gt = x > m;  // strictly: each lane keeps its first max
+    m = gt ? x : m;
+    at = gt ? col : at;
+  }
+  const float best = simd::ReduceMax(m);
+  int64_t first = ld;
+  for (int l = 0; l < simd::kLanes; ++l) {
+    if (m[l] == best) first = std::min<int64_t>(first, at[l]);
+  }
+  *arg = first;
+  return best;
+}
+
+// Row sums in the exp2 domain over a padded row t[0, ld) (-inf = invisible), e_j = 2^(t_j - m2),
+// dist_j = dist0 - j:
+//   softmax:  s0 = sum e_j,  s1 = sum e_j (t_j - m2),  s2 = sum e_j dist_j
+//   sigmoid:  s0 = sum p_j,  s2 = sum p_j dist_j,  p_j = 1 / (1 + 2^-(t_j + b2))
+// fp32 lanes, flushed into double every 256 keys.
+struct RowSums {
+  double s0 = 0, s1 = 0, s2 = 0;
+};
+
+constexpr int64_t kFlush = 256;
+const VecF kIota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+void Flush(const VecF& a0, const VecF& a1, const VecF& a2, RowSums* s) {
+  for (int l = 0; l < simd::kLanes; ++l) {
+    s->s0 += a0[l];
+    s->s1 += a1[l];
+    s->s2 += a2[l];
+  }
+}
+
+RowSums SoftmaxRowSums(const float* t, int64_t ld, float m2, int64_t dist0) {
+  RowSums s;
+  const VecF mv = simd::Set1(m2), floor = simd::Set1(-1000.0f), step = simd::Set1(simd::kLanes);
+  for (int64_t j0 = 0; j0 < ld; j0 += kFlush) {
+    VecF a0 = simd::Zero(), a1 = simd::Zero(), a2 = simd::Zero();
+    VecF dist = simd::Set1(static_cast<float>(dist0 - j0)) - kIota;  // exact integers
+    const int64_t j1 = std::min(ld, j0 + kFlush);
+    for (int64_t j = j0; j < j1; j += simd::kLanes, dist -= step) {
+      const VecF u = simd::Max(simd::Load(t + j) - mv, floor);  // -inf -> -1000 -> e = 0
+      const VecF e = simd::Exp2(u);
+      a0 += e;
+      a1 += e * u;
+      a2 += e * dist;
+    }
+    Flush(a0, a1, a2, &s);
+  }
+  return s;
+}
+
+RowSums SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0) {
+  RowSums s;
+  const VecF bv = simd::Set1(b2), one = simd::Set1(1.0f), ninf = simd::Set1(kNegInf);
+  const VecF step = simd::Set1(simd::kLanes);
+  for (int64_t j0 = 0; j0 < ld; j0 += kFlush) {
+    VecF a0 = simd::Zero(), a2 = simd::Zero();
+    VecF dist = simd::Set1(static_cast<float>(dist0 - j0)) - kIota;
+    const int64_t j1 = std::min(ld, j0 + kFlush);
+    for (int64_t j = j0; j < j1; j += simd::kLanes, dist -= step) {
+      const VecF x = simd::Load(t + j);
+      const VecF p0 = one / (one + simd::Exp2(-(x + bv)));
+      const VecF p = x > ninf ? p0 : simd::Zero();
+      a0 += p;
+      a2 += p * dist;
+    }
+    Flush(a0, simd::Zero(), a2, &s);
+  }
+  return s;
+}
+
+// Per-row normalisation in the exp2 domain (softmax variants): Z = S0 + 2^d2 = 2^lz2 relative to
+// the row max, d2 = extra logit * log2(e) - m2 (-inf for kStandard).
+double Log2Normaliser(double s0, double d2) {
+  if (std::isinf(d2) && d2 < 0) return std::log2(s0);
+  if (d2 <= 0) return std::log2(s0 + std::exp2(d2));
+  return d2 + std::log1p(s0 * std::exp2(-d2)) / kLn2;
+}
+
+// Flat per-(block, head) partial sums.
+enum Slot : int64_t {
+  kEntropy = 0,
+  kEntropyRows,
+  kSink,
+  kDistance,
+  kLiveRows,
+  kLastKey0,
+  kLastVisible,
+  kFixedSlots
+};
+
+// 8-lane doubles for the Jensen-Shannon loop (one log per key and head pair: the hot part of
+// the sampled rows).
+typedef double VecD __attribute__((vector_size(64)));
+typedef int64_t VecL __attribute__((vector_size(64)));
+constexpr int64_t kLanesD = 8;
+
+inline VecD LoadD(const double* p) {
+  VecD v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// ln x for normal x > 0, relative error ~1e-16: x = 2^e m with m in [sqrt(1/2), sqrt(2)),
+// ln m = 2 atanh(z) = 2 (z + z^3/3 + ... + z^21/21), z = (m - 1) / (m + 1), |z| < 0.172 (the
+// series' next term is below 2^-53). A subnormal x gives a wrong but finite value; callers only
+// weight it by x itself.
+inline VecD LogD(VecD x) {
+  VecL bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  VecL e = ((bits >> 52) & 0x7ff) - 1023;
+  const VecL mbits = (bits & 0x000fffffffffffffLL) | 0x3ff0000000000000LL;
+  VecD m;
+  std::memcpy(&m, &mbits, sizeof(m));
+  const VecL big = m > 1.41421356237309504880;  // -1 where true
+  m = big ? m * 0.5 : m;
+  e -= big;
+  const VecD z = (m - 1.0) / (m + 1.0), z2 = z * z;
+  VecD p = z2 * (1.0 / 21) + 1.0 / 19;
+  for (double c :
+       {1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0}) {
+    p = p * z2 + c;
+  }
+  return __builtin_convertvector(e, VecD) * kLn2 + 2.0 * z * p;
+}
+
+// Jensen-Shannon distance (normalised, see the header) of two renormalised rows over keys
+// [0, n), n a multiple of 8: q1, q2 probabilities (0 where masked and in the padding), l1, l2
+// their natural logs (any finite value where q = 0). Per key
+//   2 JSD_j = a ln(2a / (a + b)) + b ln(2b / (a + b)),
+// which is b ln 2 when a = 0 and vice versa, and 0 when both are.
+double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,
+                  int64_t n) {
+  VecD acc = {};
+  const VecD one = {1, 1, 1, 1, 1, 1, 1, 1}, zero = {};
+  for (int64_t j = 0; j < n; j += kLanesD) {
+    const VecD a = LoadD(q1 + j), b = LoadD(q2 + j), s = a + b;
+    const VecD lm = LogD(s > zero ? s : one);
+    acc += a * (kLn2 + LoadD(l1 + j) - lm) + b * (kLn2 + LoadD(l2 + j) - lm);
+  }
+  double sum = 0;  // 2 * JSD
+  for (int l = 0; l < kLanesD; ++l) sum += acc[l];
+  return std::sqrt(std::max(0.0, 0.5 * sum) / kLn2);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Streaming accumulator.
+
+AttentionStatsAccumulator::AttentionStatsAccumulator(const AttentionStatsOptions& options,
+                                                     int64_t heads_q, int64_t heads_kv,
+                                                     int64_t head_dim)
+    : options_(options), heads_q_(heads_q), heads_kv_(heads_kv), head_dim_(head_dim) {
+  const int64_t K = options_.first_k, D = static_cast<int64_t>(options_.diagonals.size());
+  heads_.resize(heads_q_);
+  for (HeadSums& s : heads_) {
+    s.col.assign(K, 0.0);
+    s.mass.assign(K, 0.0);
+    s.diag.assign(D, 0.0);
+  }
+  alpha_rows_.assign(K, 0);
+  diagonal_rows_.assign(D, 0);
+  jsd_sum_.assign(heads_q_ * heads_q_, 0.0);
+  jsd_count_.assign(heads_q_ * heads_q_, 0);
+}
+
+Result<AttentionStatsAccumulator> AttentionStatsAccumulator::Create(
+    const AttentionStatsOptions& options, int64_t heads_q, int64_t heads_kv, int64_t head_dim) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateOptions(options));
+  if (heads_q < 1 || heads_kv < 1 || head_dim < 1) {
+    return Status::InvalidArgument(
+        "attention stats: heads_q, heads_kv and head_dim must be >= 1, got " + Str(heads_q) + ", " +
+        Str(heads_kv) + ", " + Str(head_dim));
+  }
+  if (heads_q % heads_kv != 0) {
+    return Status::InvalidArgument("attention stats: heads_q (" + Str(heads_q) +
+                                   ") must be a multiple of heads_kv (" + Str(heads_kv) + ")");
+  }
+  return AttentionStatsAccumulator(options, heads_q, heads_kv, head_dim);
+}
+
+Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const float* q,
+                                          int64_t q_row_stride, int64_t len_q,
+                                          const AttentionTensor& k_all, int64_t len_k) {
+  // ---- Validation (once, at the boundary).
+  const int64_t Hq = heads_q_, hd = head_dim_;
+  if (q == nullptr) return Status::InvalidArgument("attention stats: q is a null pointer");
+  if (len_q < 1 || len_k < len_q) {
+    return Status::InvalidArgument(
+        "attention stats: expected 1 <= len_q <= len_k (queries are the "
+        "last len_q keys), got len_q = " +
+        Str(len_q) + ", len_k = " + Str(len_k));
+  }
+  if (q_row_stride < Hq * hd) {
+    return Status::InvalidArgument("attention stats: q_row_stride (" + Str(q_row_stride) +
+                                   ") is smaller than heads_q * head_dim (" + Str(Hq * hd) +
+                                   "); pass the distance in floats between consecutive tokens");
+  }
+  const AttentionShape shape{1, Hq, heads_kv_, len_q, len_k, hd};
+  ATTNLAB_RETURN_IF_ERROR(internal::ValidateShapeAndParams(shape, params));
+  internal::AddressRange range;
+  ATTNLAB_RETURN_IF_ERROR(
+      internal::ValidateView4("k_all", k_all, 1, heads_kv_, len_k, hd, false, &range));
+  if (len_k > 1 && k_all.stride_token < hd) {
+    return Status::InvalidArgument("k_all: stride_token (" + Str(k_all.stride_token) +
+                                   ") must be >= head_dim (" + Str(hd) + ")");
+  }
+  if (kind_ && *kind_ != params.softmax) {
+    return Status::InvalidArgument(
+        "attention stats: every AddRows call must use the same softmax variant as the first; "
+        "use one accumulator per layer");
+  }
+  kind_ = params.softmax;
+
+  ThreadPool& tp = params.pool ? *params.pool : DefaultThreadPool();
+  Call c;
+  c.params = &params;
+  c.q = q;
+  c.q_stride = q_row_stride;
+  c.k = k_all;
+  c.len_q = len_q, c.len_k = len_k, c.heads_q = Hq, c.heads_kv = heads_kv_, c.head_dim = hd;
+  c.off = len_k - len_q;
+  c.scale2_d = static_cast<double>(internal::DefaultScaleOf(params, hd)) * kLog2e;
+  c.scale2 = static_cast<float>(c.scale2_d);
+  c.bias2 = static_cast<double>(params.sigmoid_bias) * kLog2e;
+  c.kind = params.softmax;
+  c.pool = &tp;
+  const bool sigmoid = c.kind == SoftmaxKind::kSigmoid;
+  const int64_t K = options_.first_k, D = static_cast<int64_t>(options_.diagonals.size());
+  const int64_t slots = kFixedSlots + 2 * K + D;
+
+  // ---- Phase A: per-head statistics, tasks = (row block, head), partial sums per task.
+  const int64_t Br = options_.block_rows;
+  const int64_t nblocks = (len_q + Br - 1) / Br;
+  const int64_t ld_max = RoundUp16(len_k);
+  const int nthreads = tp.num_threads();
+  std::vector<std::vector<float>> scratch(nthreads);
+  std::vector<std::vector<int64_t>> counts(nthreads);
+  std::vector<double> partial(nblocks * Hq * slots, 0.0);
+  tp.ParallelFor(nblocks * Hq, [&](int64_t task, int thread) {
+    const int64_t blk = task / Hq, h = task % Hq;
+    const int64_t i0 = blk * Br, i1 = std::min(len_q, i0 + Br);
+    int64_t c0, c1;
+    BlockColumns(params.mask, len_q, len_k, i0, i1, &c0, &c1);
+    const int64_t ld = RoundUp16(std::max<int64_t>(1, c1 - c0));
+    std::vector<float>& t = scratch[thread];
+    std::vector<int64_t>& n = counts[thread];
+    if (static_cast<int64_t>(t.size()) < Br * ld_max) t.resize(Br * ld_max);
+    if (static_cast<int64_t>(n.size()) < Br) n.resize(Br);
+    MaskedScores(c, h, i0, i1, c0, c1, t.data(), ld, n.data());
+    double* out = &partial[task * slots];
+    double* col = out + kFixedSlots;
+    double* mass = col + K;
+    double* diag = mass + K;
+    const double extra2 = c.kind == SoftmaxKind::kSoftmax1    ? 0.0
+                          : c.kind == SoftmaxKind::kSinkLogit ? params.sink_logits[h] * kLog2e
+                                                              : -INFINITY;
+    for (int64_t r = 0; r < i1 - i0; ++r) {
+      const int64_t i = i0 + r, pos = i + c.off;
+      const float* tr = t.data() + r * ld;
+      const int64_t nv = n[r];
+      if (i == len_q - 1) out[kLastVisible] = static_cast<double>(nv);
+      if (nv == 0) continue;  // dead row: adds 0 to the column and diagonal sums
+      // P[i, j] for key j from its score (double).
+      double m2 = 0, lz2 = 0, M = 0;
+      RowSums s;
+      if (sigmoid) {
+        s = SigmoidRowSums(tr, ld, static_cast<float>(c.bias2), pos - c0);
+        M = s.s0;
+        out[kDistance] += s.s2;
+      } else {
+        int64_t jm;
+        m2 = RowArgMax(tr, ld, &jm);
+        s = SoftmaxRowSums(tr, ld, static_cast<float>(m2), pos - c0);
+        // The largest term of the sums (e = 1 at the row max) with its logit in double: rows
+        // dominated by a few keys (sinks, one-hot heads) then get their normaliser to double
+        // accuracy, not to u * |logit|; spread rows average the fp32 errors anyway.
+        const double dm = Logit2(c, h, i, c0 + jm) - m2, em = std::exp2(dm);
+        s.s0 += em - 1.0;
+        s.s1 += em * dm;
+        s.s2 += (em - 1.0) * static_cast<double>(pos - c0 - jm);
+        const double d2 = extra2 - m2;
+        lz2 = Log2Normaliser(s.s0, d2);
+        M = std::exp2(std::log2(s.s0) - lz2);
+        out[kDistance] += M * s.s2 / s.s0;
+        if (nv >= 2) {
+          out[kEntropy] += M * kLn2 * (lz2 - s.s1 / s.s0) / std::log(static_cast<double>(nv));
+          out[kEntropyRows] += 1;
+        }
+        if (HasSink(c.kind)) out[kSink] += std::exp2(d2 - lz2);
+      }
+      out[kLiveRows] += 1;
+      // P[i, j] of one key, its logit recomputed in double (a single fp32 logit would carry
+      // the full u * |logit| error that the row sums average away or, at the max, correct).
+      auto prob = [&](int64_t j) -> double {
+        if (j < c0 || j >= c1 || tr[j - c0] == kNegInf) return 0.0;
+        const double x = Logit2(c, h, i, j);
+        if (sigmoid) return 1.0 / (1.0 + std::exp2(-(x + c.bias2)));
+        return std::exp2(x - m2 - lz2);
+      };
+      double cum = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const double p = prob(j);
+        cum += p;
+        mass[j] += cum;
+        if (pos >= j) col[j] += p;
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        const AttentionDiagonal& g = options_.diagonals[d];
+        if (pos < g.pos_begin || (g.pos_end >= 0 && pos >= g.pos_end)) continue;
+        diag[d] += prob(pos - g.offset);
+      }
+      if (i == len_q - 1) out[kLastKey0] = prob(0);
+    }
+  });
+  // Fixed reduction order: blocks ascending.
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double* p = &partial[(blk * Hq + h) * slots];
+      HeadSums& hs = heads_[h];
+      hs.entropy += p[kEntropy];
+      hs.entropy_rows += static_cast<int64_t>(p[kEntropyRows]);
+      hs.sink += p[kSink];
+      hs.distance += p[kDistance];
+      hs.live_rows += static_cast<int64_t>(p[kLiveRows]);
+      for (int64_t j = 0; j < K; ++j) {
+        hs.col[j] += p[kFixedSlots + j];
+        hs.mass[j] += p[kFixedSlots + K + j];
+      }
+      for (int64_t d = 0; d < D; ++d) hs.diag[d] += p[kFixedSlots + 2 * K + d];
+      if (blk == nblocks - 1) {
+        hs.last_key0 = p[kLastKey0];
+        hs.last_visible = static_cast<int64_t>(p[kLastVisible]);
+      }
+    }
+  }
+  for (int64_t j = 0; j < K; ++j) alpha_rows_[j] += RowsWithPosIn(len_q, c.off, j, -1);
+  for (int64_t d = 0; d < D; ++d) {
+    const AttentionDiagonal& g = options_.diagonals[d];
+    diagonal_rows_[d] += RowsWithPosIn(len_q, c.off, g.pos_begin, g.pos_end);
+  }
+
+  // ---- Phase B: Jensen-Shannon distances on the sampled rows, one task per row (all heads).
+  const int64_t R_new = rows_ + len_q, m = options_.jsd_rows;
+  int64_t stride = 1;
+  if (m > 0) {
+    while (R_new / stride > m) stride *= 2;
+    size_t keep = 0;
+    for (size_t s = 0; s < sample_rows_.size(); ++s) {
+      if (sample_rows_[s] % stride != stride - 1) continue;
+      if (keep != s) {  // (a self-move would empty the vector)
+        sample_rows_[keep] = sample_rows_[s];
+        sample_values_[keep] = std::move(sample_values_[s]);
+      }
+      ++keep;
+    }
+    sample_rows_.resize(keep);
+    sample_values_.resize(keep);
+  }
+  std::vector<int64_t> picked;  // local rows
+  for (int64_t i = 0; i < len_q; ++i) {
+    if ((rows_ + i) % stride == stride - 1) picked.push_back(i);
+  }
+  // In batches, so that jsd_rows = 0 keeps O(batch * heads_q^2) values, reduced in row order.
+  constexpr int64_t kJsdBatch = 256;
+  std::vector<std::vector<double>> qbuf(nthreads), lbuf(nthreads);
+  std::vector<std::vector<double>> values;
+  for (int64_t b0 = 0; b0 < static_cast<int64_t>(picked.size()); b0 += kJsdBatch) {
+    const int64_t nb = std::min<int64_t>(kJsdBatch, static_cast<int64_t>(picked.size()) - b0);
+    values.assign(nb, {});
+    tp.ParallelFor(nb, [&](int64_t task, int thread) {
+      const int64_t i = picked[b0 + task];
+      int64_t c0, c1;
+      BlockColumns(params.mask, len_q, len_k, i, i + 1, &c0, &c1);
+      const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = RoundUp16(std::max<int64_t>(1, nc));
+      std::vector<float>& t = scratch[thread];
+      std::vector<double>& qb = qbuf[thread];
+      std::vector<double>& lb = lbuf[thread];
+      if (static_cast<int64_t>(t.size()) < ld) t.resize(ld);
+      const int64_t ncp = (std::max<int64_t>(1, nc) + kLanesD - 1) / kLanesD * kLanesD;
+      qb.assign(Hq * ncp, 0.0);  // zero padding: no weight, finite log
+      lb.assign(Hq * ncp, 0.0);
+      std::vector<char> usable(Hq, 0);
+      for (int64_t h = 0; h < Hq; ++h) {
+        int64_t nv;
+        MaskedScores(c, h, i, i + 1, c0, c1, t.data(), ld, &nv);
+        if (nv == 0) continue;
+        double* qh = &qb[h * ncp];
+        double* lh = &lb[h * ncp];
+        double sum = 0;
+        if (sigmoid) {
+          for (int64_t j = 0; j < nc; ++j) {
+            qh[j] = t[j] == kNegInf
+                        ? 0.0
+                        : 1.0 / (1.0 + std::exp2(-(static_cast<double>(t[j]) + c.bias2)));
+            sum += qh[j];
+          }
+          if (!(sum > 0)) continue;
+          for (int64_t j = 0; j < nc; ++j) {
+            qh[j] /= sum;
+            lh[j] = qh[j] > 0 ? std::log(qh[j]) : 0.0;
+          }
+        } else {
+          const double m2 = RowMax(t.data(), ld);
+          for (int64_t j = 0; j < nc; ++j) {
+            if (t[j] == kNegInf) continue;  // q = 0, log 0 (placeholder)
+            const double u = static_cast<double>(t[j]) - m2;
+            qh[j] = std::exp2(u);
+            lh[j] = u * kLn2;
+            sum += qh[j];
+          }
+          const double ls = std::log(sum);
+          for (int64_t j = 0; j < nc; ++j) {
+            if (t[j] == kNegInf) continue;
+            qh[j] /= sum;
+            lh[j] -= ls;
+          }
+        }
+        usable[h] = 1;
+      }
+      std::vector<double>& v = values[task];
+      v.assign(Hq * Hq, kNaN);
+      for (int64_t h1 = 0; h1 < Hq; ++h1) {
+        if (usable[h1]) v[h1 * Hq + h1] = 0.0;
+        for (int64_t h2 = h1 + 1; h2 < Hq; ++h2) {
+          if (!usable[h1] || !usable[h2]) continue;
+          const double d =
+              JsDistance(&qb[h1 * ncp], &lb[h1 * ncp], &qb[h2 * ncp], &lb[h2 * ncp], ncp);
+          v[h1 * Hq + h2] = v[h2 * Hq + h1] = d;
+        }
+      }
+    });
+    if (m == 0) {
+      for (const auto& v : values) {
+        for (int64_t e = 0; e < Hq * Hq; ++e) {
+          if (std::isnan(v[e])) continue;
+          jsd_sum_[e] += v[e];
+          ++jsd_count_[e];
+        }
+      }
+    } else {
+      for (int64_t t = 0; t < nb; ++t) {
+        sample_rows_.push_back(rows_ + picked[b0 + t]);
+        sample_values_.push_back(std::move(values[t]));
+      }
+    }
+  }
+  rows_ = R_new;
+  return Status::Ok();
+}
+
+AttentionLayerStats AttentionStatsAccumulator::Finish() const {
+  const int64_t Hq = heads_q_, K = options_.first_k;
+  const int64_t D = static_cast<int64_t>(options_.diagonals.size());
+  const SoftmaxKind kind = kind_.value_or(SoftmaxKind::kStandard);
+  AttentionLayerStats out;
+  out.rows = rows_;
+  out.alpha_rows = alpha_rows_;
+  out.diagonal_rows = diagonal_rows_;
+  out.heads.resize(Hq);
+  for (int64_t h = 0; h < Hq; ++h) {
+    const HeadSums& s = heads_[h];
+    AttentionHeadStats& o = out.heads[h];
+    const double live = static_cast<double>(s.live_rows);
+    o.entropy_rows = s.entropy_rows;
+    o.entropy = kind == SoftmaxKind::kSigmoid || s.entropy_rows == 0
+                    ? kNaN
+                    : s.entropy / static_cast<double>(s.entropy_rows);
+    o.sink_mass = HasSink(kind) && s.live_rows > 0 ? s.sink / live : kNaN;
+    o.distance = s.live_rows > 0 ? s.distance / live : kNaN;
+    o.live_rows = s.live_rows;
+    o.alpha.resize(K);
+    o.first_mass.resize(K);
+    for (int64_t j = 0; j < K; ++j) {
+      o.alpha[j] = alpha_rows_[j] > 0 ? s.col[j] / static_cast<double>(alpha_rows_[j]) : kNaN;
+      o.first_mass[j] = s.live_rows > 0 ? s.mass[j] / live : kNaN;
+    }
+    o.last_key0 = s.last_key0;
+    o.last_visible = s.last_visible;
+    o.diagonal.resize(D);
+    for (int64_t d = 0; d < D; ++d) {
+      o.diagonal[d] =
+          diagonal_rows_[d] > 0 ? s.diag[d] / static_cast<double>(diagonal_rows_[d]) : kNaN;
+    }
+  }
+  out.jsd.assign(Hq * Hq, kNaN);
+  if (options_.jsd_rows == 0) {
+    for (int64_t e = 0; e < Hq * Hq; ++e) {
+      if (jsd_count_[e] > 0) out.jsd[e] = jsd_sum_[e] / static_cast<double>(jsd_count_[e]);
+    }
+    out.jsd_sample_rows = rows_;
+  } else {
+    std::vector<double> sum(Hq * Hq, 0.0);
+    std::vector<int64_t> cnt(Hq * Hq, 0);
+    for (const auto& v : sample_values_) {
+      for (int64_t e = 0; e < Hq * Hq; ++e) {
+        if (std::isnan(v[e])) continue;
+        sum[e] += v[e];
+        ++cnt[e];
+      }
+    }
+    for (int64_t e = 0; e < Hq * Hq; ++e) {
+      if (cnt[e] > 0) out.jsd[e] = sum[e] / static_cast<double>(cnt[e]);
+    }
+    out.jsd_sample_rows = static_cast<int64_t>(sample_rows_.size());
+  }
+  return out;
+}
+
+double AttentionSinkRate(std::span<const AttentionLayerStats> layers, int64_t k, double eps) {
+  int64_t above = 0, total = 0;
+  for (const AttentionLayerStats& l : layers) {
+    for (const AttentionHeadStats& h : l.heads) {
+      if (k < 1 || k > static_cast<int64_t>(h.alpha.size()) || std::isnan(h.alpha[k - 1])) continue;
+      above += h.alpha[k - 1] > eps;
+      ++total;
+    }
+  }
+  return total ? static_cast<double>(above) / static_cast<double>(total) : 0.0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference twin: the header's definitions, literally, on materialised probabilities.
+
+AttentionStatsReference::AttentionStatsReference(const AttentionStatsOptions& options,
+                                                 int64_t heads_q)
+    : options_(options), heads_q_(heads_q) {}
+
+Status AttentionStatsReference::AddProbs(const AttentionParams& params,
+                                         std::span<const double> probs, int64_t len_q,
+                                         int64_t len_k) {
+  return AddProbsImpl<double>(params, probs, len_q, len_k);
+}
+
+Status AttentionStatsReference::AddProbs(const AttentionParams& params,
+                                         std::span<const float> probs, int64_t len_q,
+                                         int64_t len_k) {
+  return AddProbsImpl<float>(params, probs, len_q, len_k);
+}
+
+template <typename T>
+Status AttentionStatsReference::AddProbsImpl(const AttentionParams& params,
+                                             std::span<const T> probs, int64_t len_q,
+                                             int64_t len_k) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateOptions(options_));
+  const int64_t Hq = heads_q_;
+  if (Hq < 1) return Status::InvalidArgument("attention stats reference: heads_q must be >= 1");
+  if (len_q < 1 || len_k < len_q) {
+    return Status::InvalidArgument("attention stats reference: expected 1 <= len_q <= len_k");
+  }
+  ATTNLAB_RETURN_IF_ERROR(
+      internal::ValidateShapeAndParams(AttentionShape{1, Hq, 1, len_q, len_k, 1}, params));
+  if (static_cast<int64_t>(probs.size()) != Hq * len_q * len_k) {
+    return Status::InvalidArgument(
+        "attention stats reference: probs must hold heads_q * len_q * "
+        "len_k = " +
+        Str(Hq * len_q * len_k) + " values, got " + Str(static_cast<int64_t>(probs.size())));
+  }
+  if (kind_ && *kind_ != params.softmax) {
+    return Status::InvalidArgument("attention stats reference: softmax variant changed");
+  }
+  kind_ = params.softmax;
+  const int64_t K = options_.first_k, D = static_cast<int64_t>(options_.diagonals.size());
+  const int64_t off = len_k - len_q;
+  std::vector<double> qa(len_k), qb(len_k);
+  for (int64_t i = 0; i < len_q; ++i) {
+    const int64_t pos = i + off;
+    std::vector<RowHead> row(Hq);
+    for (int64_t h = 0; h < Hq; ++h) {
+      const T* P = probs.data() + (h * len_q + i) * len_k;
+      RowHead& rh = row[h];
+      rh.pos = pos;
+      const RowRange rr = RowVisibleRange(params.mask, len_q, len_k, i);
+      double ent = 0;
+      for (int64_t j = 0; j < len_k; ++j) {
+        rh.n += internal::KeyVisible(params.mask, rr, 0, h, i, j);
+        const double p = P[j];
+        rh.mass += p;
+        rh.distance += p * static_cast<double>(pos - j);
+        if (p > 0) ent -= p * std::log(p);
+      }
+      rh.entropy = params.softmax == SoftmaxKind::kSigmoid || rh.n < 2
+                       ? kNaN
+                       : ent / std::log(static_cast<double>(rh.n));
+      rh.key0 = static_cast<double>(P[0]);
+      rh.first.assign(K, 0.0);
+      for (int64_t j = 0; j < std::min(K, len_k); ++j) rh.first[j] = P[j];
+      rh.diag.assign(D, kNaN);
+      for (int64_t d = 0; d < D; ++d) {
+        const AttentionDiagonal& g = options_.diagonals[d];
+        if (pos < g.pos_begin || (g.pos_end >= 0 && pos >= g.pos_end)) continue;
+        const int64_t j = pos - g.offset;
+        rh.diag[d] = j >= 0 && j < len_k ? static_cast<double>(P[j]) : 0.0;
+      }
+    }
+    // JSD between the rows renormalised over the real keys.
+    std::vector<double> js(Hq * Hq, kNaN);
+    for (int64_t h1 = 0; h1 < Hq; ++h1) {
+      if (row[h1].n > 0 && row[h1].mass > 0) js[h1 * Hq + h1] = 0;
+      for (int64_t h2 = h1 + 1; h2 < Hq; ++h2) {
+        if (row[h1].n == 0 || row[h2].n == 0 || !(row[h1].mass > 0) || !(row[h2].mass > 0)) {
+          continue;
+        }
+        const T* P1 = probs.data() + (h1 * len_q + i) * len_k;
+        const T* P2 = probs.data() + (h2 * len_q + i) * len_k;
+        double jsd = 0;
+        for (int64_t j = 0; j < len_k; ++j) {
+          const double a = P1[j] / row[h1].mass, b = P2[j] / row[h2].mass, avg = 0.5 * (a + b);
+          if (a > 0) jsd += 0.5 * a * std::log(a / avg);
+          if (b > 0) jsd += 0.5 * b * std::log(b / avg);
+        }
+        js[h1 * Hq + h2] = js[h2 * Hq + h1] = std::sqrt(std::max(0.0, jsd) / std::log(2.0));
+      }
+    }
+    rows_.push_back(std::move(row));
+    jsd_.push_back(std::move(js));
+  }
+  return Status::Ok();
+}
+
+AttentionLayerStats AttentionStatsReference::Finish() const {
+  const int64_t Hq = heads_q_, K = options_.first_k;
+  const int64_t D = static_cast<int64_t>(options_.diagonals.size());
+  const int64_t R = static_cast<int64_t>(rows_.size());
+  const SoftmaxKind kind = kind_.value_or(SoftmaxKind::kStandard);
+  AttentionLayerStats out;
+  out.rows = R;
+  out.alpha_rows.assign(K, 0);
+  out.diagonal_rows.assign(D, 0);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t pos = rows_[r][0].pos;
+    for (int64_t j = 0; j < K; ++j) out.alpha_rows[j] += pos >= j;
+    for (int64_t d = 0; d < D; ++d) out.diagonal_rows[d] += !std::isnan(rows_[r][0].diag[d]);
+  }
+  out.heads.resize(Hq);
+  for (int64_t h = 0; h < Hq; ++h) {
+    AttentionHeadStats& o = out.heads[h];
+    double ent = 0, sink = 0, dist = 0;
+    std::vector<double> col(K, 0.0), mass(K, 0.0), diag(D, 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const RowHead& rh = rows_[r][h];
+      for (int64_t j = 0; j < K; ++j) {
+        if (rh.pos >= j) col[j] += rh.first[j];
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        if (!std::isnan(rh.diag[d])) diag[d] += rh.diag[d];
+      }
+      if (rh.n < 1) continue;
+      ++o.live_rows;
+      if (!std::isnan(rh.entropy)) {
+        ent += rh.entropy;
+        ++o.entropy_rows;
+      }
+      sink += 1 - rh.mass;
+      dist += rh.distance;
+      double cum = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        cum += rh.first[j];
+        mass[j] += cum;
+      }
+    }
+    const double live = static_cast<double>(o.live_rows);
+    o.entropy = o.entropy_rows > 0 ? ent / static_cast<double>(o.entropy_rows) : kNaN;
+    o.sink_mass = HasSink(kind) && o.live_rows > 0 ? sink / live : kNaN;
+    o.distance = o.live_rows > 0 ? dist / live : kNaN;
+    o.alpha.resize(K);
+    o.first_mass.resize(K);
+    for (int64_t j = 0; j < K; ++j) {
+      o.alpha[j] = out.alpha_rows[j] > 0 ? col[j] / static_cast<double>(out.alpha_rows[j]) : kNaN;
+      o.first_mass[j] = o.live_rows > 0 ? mass[j] / live : kNaN;
+    }
+    o.diagonal.resize(D);
+    for (int64_t d = 0; d < D; ++d) {
+      o.diagonal[d] =
+          out.diagonal_rows[d] > 0 ? diag[d] / static_cast<double>(out.diagonal_rows[d]) : kNaN;
+    }
+    if (R > 0) {
+      o.last_key0 = rows_[R - 1][h].key0;
+      o.last_visible = rows_[R - 1][h].n;
+    }
+  }
+  // The JSD sample (see the header): every row, or r % s == s - 1.
+  int64_t s = 1;
+  if (options_.jsd_rows > 0) {
+    while (R / s > options_.jsd_rows) s *= 2;
+  }
+  out.jsd.assign(Hq * Hq, kNaN);
+  std::vector<double> sum(Hq * Hq, 0.0);
+  std::vector<int64_t> cnt(Hq * Hq, 0);
+  for (int64_t r = s - 1; r < R; r += s) {
+    ++out.jsd_sample_rows;
+    for (int64_t e = 0; e < Hq * Hq; ++e) {
+      if (std::isnan(jsd_[r][e])) continue;
+      sum[e] += jsd_[r][e];
+      ++cnt[e];
+    }
+  }
+  for (int64_t e = 0; e < Hq * Hq; ++e) {
+    if (cnt[e] > 0) out.jsd[e] = sum[e] / static_cast<double>(cnt[e]);
+  }
+  return out;
+}
+
+}  // namespace attnlab

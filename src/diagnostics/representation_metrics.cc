@@ -1,0 +1,594 @@
+#include "diagnostics/representation_metrics.h"
+
+// Eigen only for the symmetric eigensolver and the Gram rank updates. The library is compiled
+// with -fopenmp (for oneDNN); keep Eigen single-threaded: the ThreadPool is the engine's only
+// threading. GCC 12 reports false -Wmaybe-uninitialized inside its own AVX-512 intrinsics when
+// inlining Eigen's kernels (GCC bug 105593); silence it for those headers only.
+#define EIGEN_DONT_PARALLELIZE
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Dense>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "attnlab/thread_pool.h"
+
+namespace attnlab {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// x / y with 0 / 0 = 0 and x / 0 = +infinity (x > 0).
+double SafeRatio(double x, double y) {
+  if (y > 0) return x / y;
+  return x > 0 ? kInf : 0.0;
+}
+
+// Column means in double: [C]. Identical rows give their common value exactly (the partial sums
+// k * v of a float v are exact in double for k < 2^29).
+std::vector<double> ColumnMean(const TokenMatrix& x) {
+  std::vector<double> mean(x.cols, 0.0);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) mean[c] += r[c];
+  }
+  for (double& m : mean) m /= static_cast<double>(x.rows);
+  return mean;
+}
+
+double RowNorm(const float* r, int64_t n) {
+  double s = 0;
+  for (int64_t c = 0; c < n; ++c) s += static_cast<double>(r[c]) * r[c];
+  return std::sqrt(s);
+}
+
+// ---- Gram matrices ----------------------------------------------------------------------------
+
+// Column segments of equal row count, concatenated side by side: [T, sum of cols].
+struct Segments {
+  std::vector<TokenMatrix> parts;
+  std::vector<const std::vector<double>*> means;  // per part, [cols] or nullptr (no centring)
+  int64_t rows() const { return parts.front().rows; }
+  int64_t cols() const {
+    int64_t n = 0;
+    for (const auto& p : parts) n += p.cols;
+    return n;
+  }
+};
+
+// How many chunks to split `n` units of work into: one per thread, at most 8 (each owns a Gram),
+// at least 64 units per chunk.
+int64_t NumChunks(int64_t n, ThreadPool* pool) {
+  if (pool == nullptr) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>({pool->num_threads(), 8, n / 64}));
+}
+
+// Runs fn(chunk) for chunk in [0, chunks), on the pool if there is one.
+template <typename Fn>
+void ForChunks(int64_t chunks, ThreadPool* pool, Fn&& fn) {
+  if (chunks == 1 || pool == nullptr) {
+    for (int64_t i = 0; i < chunks; ++i) fn(i);
+    return;
+  }
+  pool->ParallelFor(chunks, [&](int64_t i, int) { fn(i); });
+}
+
+// Sums per-chunk Grams in chunk order (reproducible for a fixed chunk count).
+Eigen::MatrixXd SumInOrder(std::vector<Eigen::MatrixXd>& parts) {
+  for (size_t i = 1; i < parts.size(); ++i) parts[0] += parts[i];
+  return std::move(parts[0]);
+}
+
+constexpr int64_t kBlock = 128;
+
+// Feature-side Gram G = Sc^T Sc, [n, n] with n = total columns; only the LOWER triangle is valid.
+// Sc is S with each part's mean subtracted (in double). O(T n^2).
+Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
+  const int64_t T = s.rows(), n = s.cols();
+  const int64_t chunks = NumChunks(T, pool);
+  std::vector<Eigen::MatrixXd> g(chunks);
+  ForChunks(chunks, pool, [&](int64_t chunk) {
+    const int64_t begin = T * chunk / chunks, end = T * (chunk + 1) / chunks;
+    g[chunk] = Eigen::MatrixXd::Zero(n, n);
+    Eigen::MatrixXd block(std::min(kBlock, end - begin), n);
+    for (int64_t t0 = begin; t0 < end; t0 += kBlock) {
+      const int64_t rows = std::min(kBlock, end - t0);
+      if (rows != block.rows()) block.resize(rows, n);
+      int64_t col = 0;
+      for (size_t p = 0; p < s.parts.size(); ++p) {
+        const TokenMatrix& x = s.parts[p];
+        const std::vector<double>* mean = s.means[p];
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* r = x.row(t0 + i);
+          for (int64_t c = 0; c < x.cols; ++c) {
+            block(i, col + c) = static_cast<double>(r[c]) - (mean ? (*mean)[c] : 0.0);
+          }
+        }
+        col += x.cols;
+      }
+      g[chunk].selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
+    }
+  });
+  return SumInOrder(g);
+}
+
+// Token-side Gram K = Xc Xc^T, [T, T], lower triangle valid. O(T^2 C).
+Eigen::MatrixXd TokenGram(const TokenMatrix& x, const std::vector<double>* mean,
+                          ThreadPool* pool) {
+  const int64_t T = x.rows, C = x.cols;
+  const int64_t chunks = NumChunks(C, pool);
+  std::vector<Eigen::MatrixXd> g(chunks);
+  ForChunks(chunks, pool, [&](int64_t chunk) {
+    const int64_t begin = C * chunk / chunks, end = C * (chunk + 1) / chunks;
+    g[chunk] = Eigen::MatrixXd::Zero(T, T);
+    Eigen::MatrixXd block(T, std::min(kBlock, end - begin));
+    for (int64_t c0 = begin; c0 < end; c0 += kBlock) {
+      const int64_t cols = std::min(kBlock, end - c0);
+      if (cols != block.cols()) block.resize(T, cols);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* r = x.row(t) + c0;
+        for (int64_t c = 0; c < cols; ++c) {
+          block(t, c) = static_cast<double>(r[c]) - (mean ? (*mean)[c0 + c] : 0.0);
+        }
+      }
+      g[chunk].selfadjointView<Eigen::Lower>().rankUpdate(block);
+    }
+  });
+  return SumInOrder(g);
+}
+
+// Squared Frobenius norm of the block rows [r0, r0 + nr) x cols [c0, c0 + nc) of a symmetric
+// matrix stored in its lower triangle.
+double BlockFrobeniusSq(const Eigen::MatrixXd& g, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc) {
+  double s = 0;
+  for (int64_t i = r0; i < r0 + nr; ++i) {
+    for (int64_t j = c0; j < c0 + nc; ++j) {
+      const double v = i >= j ? g(i, j) : g(j, i);
+      s += v * v;
+    }
+  }
+  return s;
+}
+
+// ---- Unchecked implementations (inputs validated by the caller) -------------------------------
+
+RankCollapseResidual ResidualImpl(const TokenMatrix& x) {
+  const std::vector<double> mean = ColumnMean(x);
+  std::vector<double> col_abs(x.cols, 0.0), col_abs_res(x.cols, 0.0);
+  double row_max = 0, row_max_res = 0;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    double row = 0, row_res = 0;
+    for (int64_t c = 0; c < x.cols; ++c) {
+      const double v = std::fabs(static_cast<double>(r[c]));
+      const double d = std::fabs(static_cast<double>(r[c]) - mean[c]);
+      row += v, row_res += d;
+      col_abs[c] += v, col_abs_res[c] += d;
+    }
+    row_max = std::max(row_max, row), row_max_res = std::max(row_max_res, row_res);
+  }
+  const double col_max = *std::max_element(col_abs.begin(), col_abs.end());
+  const double col_max_res = *std::max_element(col_abs_res.begin(), col_abs_res.end());
+  RankCollapseResidual r;
+  r.norm = std::sqrt(col_max * row_max);
+  r.residual_norm = std::sqrt(col_max_res * row_max_res);
+  r.relative = r.norm > 0 ? r.residual_norm / r.norm : 0.0;
+  return r;
+}
+
+PairwiseCosine CosineImpl(const TokenMatrix& x) {
+  // Unit rows u_i = x_i / |x_i| of the K non-zero rows (norm[t] = 0 marks a zero row: a sum of
+  // float squares in double is 0 only if every element is 0). u is always formed by a division,
+  // which GCC cannot fuse into an FMA (it does fuse products under -ffp-contract=fast), so every
+  // pass below sees the same rounded u_i.
+  std::vector<double> norm(x.rows, 0.0);
+  int64_t K = 0;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    norm[t] = RowNorm(x.row(t), x.cols);
+    K += norm[t] > 0;
+  }
+  PairwiseCosine p;
+  p.nonzero_rows = K;
+  if (K < 2) return p;  // mean_cosine 1, mad 0
+  // Their mean ubar, refined once (ubar += mean(u_i - ubar)) so that identical rows give
+  // u_i - ubar = 0 exactly.
+  std::vector<double> ubar(x.cols, 0.0), fix(x.cols, 0.0);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    if (norm[t] == 0) continue;
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) ubar[c] += r[c] / norm[t];
+  }
+  for (double& u : ubar) u /= static_cast<double>(K);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    if (norm[t] == 0) continue;
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) fix[c] += r[c] / norm[t] - ubar[c];
+  }
+  for (int64_t c = 0; c < x.cols; ++c) ubar[c] += fix[c] / static_cast<double>(K);
+  // V = sum_i |u_i - ubar|^2; with |u_i| = 1, sum_{i != j} u_i . u_j = |sum_i u_i|^2 - K
+  // = K (K - 1) - K V: the mean cosine without the cancellation of |sum u_i|^2 - K.
+  double V = 0;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    if (norm[t] == 0) continue;
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) {
+      const double d = r[c] / norm[t] - ubar[c];
+      V += d * d;
+    }
+  }
+  V = std::clamp(V, 0.0, static_cast<double>(K));  // |sum u_i|^2 = K^2 - K V >= 0
+  p.mad = V / static_cast<double>(K - 1);
+  p.mean_cosine = 1.0 - p.mad;
+  return p;
+}
+
+DirichletEnergy DirichletImpl(const TokenMatrix& x) {
+  const std::vector<double> mean = ColumnMean(x);
+  double centred = 0, total = 0;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) {
+      const double v = r[c], d = v - mean[c];
+      centred += d * d, total += v * v;
+    }
+  }
+  DirichletEnergy e;
+  const double T = static_cast<double>(x.rows);
+  e.energy = centred / T;
+  e.mean_sq_norm = total / T;
+  e.relative = total > 0 ? std::min(1.0, centred / total) : 0.0;
+  return e;
+}
+
+EffectiveRank EffectiveRankImpl(const TokenMatrix& x, bool centred, ThreadPool* pool) {
+  std::vector<double> mean;
+  if (centred) mean = ColumnMean(x);
+  const std::vector<double>* m = centred ? &mean : nullptr;
+  Eigen::MatrixXd g;
+  if (x.cols <= x.rows) {
+    Segments s;
+    s.parts = {x};
+    s.means = {m};
+    g = FeatureGram(s, pool);
+  } else {
+    g = TokenGram(x, m, pool);
+  }
+  // Eigenvalues of the Gram = squared singular values of X (the solver reads the lower triangle).
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(g, Eigen::EigenvaluesOnly);
+  const Eigen::VectorXd lambda = solver.eigenvalues();  // ascending
+  EffectiveRank r;
+  const double lmax = lambda.size() ? lambda(lambda.size() - 1) : 0.0;
+  if (!(lmax > 0)) return r;  // X (or Xc) = 0: erank 0
+  // Accumulation of T-term sums and the eigensolver each err by ~ (length) eps lambda_max.
+  const double floor = static_cast<double>(x.rows + x.cols) *
+                       std::numeric_limits<double>::epsilon() * lmax;
+  std::vector<double> sigma;
+  for (int64_t i = lambda.size() - 1; i >= 0; --i) {
+    if (lambda(i) > floor) sigma.push_back(std::sqrt(lambda(i)));
+  }
+  double sum = 0;
+  for (double v : sigma) sum += v;
+  double h = 0;
+  for (double v : sigma) {
+    const double p = v / sum;
+    h -= p * std::log(p);
+  }
+  r.numerical_rank = static_cast<int64_t>(sigma.size());
+  r.top_share = sigma.front() / sum;
+  r.entropy = std::max(0.0, h);
+  r.erank = std::exp(r.entropy);
+  return r;
+}
+
+// |x| as order-preserving bits (non-negative floats compare like their bit patterns).
+uint32_t AbsBits(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
+
+// The k-th smallest (0-based) |x_tc|, exactly: radix selection, 8 bits per pass, 4 passes.
+uint32_t SelectAbsBits(const TokenMatrix& x, int64_t k) {
+  uint32_t prefix = 0, mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    int64_t hist[256] = {};
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* r = x.row(t);
+      for (int64_t c = 0; c < x.cols; ++c) {
+        const uint32_t b = AbsBits(r[c]);
+        if ((b & mask) == prefix) ++hist[(b >> shift) & 0xffu];
+      }
+    }
+    uint32_t bucket = 0;
+    while (k >= hist[bucket]) k -= hist[bucket++];
+    prefix |= bucket << shift;
+    mask |= 0xffu << shift;
+  }
+  return prefix;
+}
+
+MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOptions& opt) {
+  const int64_t n = x.rows * x.cols;
+  // Median of |x|: the (n-1)/2-th value, averaged with the next one when n is even.
+  const int64_t k = (n - 1) / 2;
+  const uint32_t lo_bits = SelectAbsBits(x, k);
+  double median = std::bit_cast<float>(lo_bits);
+  // Top-k as a min-heap on (|value| ascending, then later row-major position first), so the
+  // heap's front is the entry to evict: smaller |x|, or equal |x| but later in row-major order.
+  const int64_t top_k = std::max<int64_t>(0, std::min(opt.top_k, n));
+  auto worse = [&](const Activation& a, const Activation& b) {  // a ranks below b
+    const float fa = std::fabs(a.value), fb = std::fabs(b.value);
+    if (fa != fb) return fa < fb;
+    return a.token != b.token ? a.token > b.token : a.channel > b.channel;
+  };
+  auto heap_cmp = [&](const Activation& a, const Activation& b) { return worse(b, a); };
+  std::vector<Activation> heap;
+  heap.reserve(top_k);
+  int64_t count_le = 0;
+  uint32_t next_bits = 0xffffffffu;
+  MassiveActivations m;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) {
+      const uint32_t b = AbsBits(r[c]);
+      if (b <= lo_bits) {
+        ++count_le;
+      } else {
+        next_bits = std::min(next_bits, b);
+      }
+      const double a = std::fabs(static_cast<double>(r[c]));
+      if (a > m.max_abs || (t == 0 && c == 0)) {
+        m.max_abs = a;
+        m.max = {t, c, r[c]};
+      }
+      if (top_k > 0) {
+        const Activation cand{t, c, r[c]};
+        if (static_cast<int64_t>(heap.size()) < top_k) {
+          heap.push_back(cand);
+          std::push_heap(heap.begin(), heap.end(), heap_cmp);
+        } else if (worse(heap.front(), cand)) {
+          std::pop_heap(heap.begin(), heap.end(), heap_cmp);
+          heap.back() = cand;
+          std::push_heap(heap.begin(), heap.end(), heap_cmp);
+        }
+      }
+    }
+  }
+  if (n % 2 == 0) {
+    // The (n/2)-th value: lo again if it repeats, else the smallest value above it.
+    const double hi = count_le >= k + 2 ? median : std::bit_cast<float>(next_bits);
+    median = 0.5 * (median + hi);
+  }
+  m.median_abs = median;
+  m.ratio = SafeRatio(m.max_abs, m.median_abs);
+  std::sort(heap.begin(), heap.end(), [&](const Activation& a, const Activation& b) {
+    return worse(b, a);
+  });
+  m.top = std::move(heap);
+  // Entries past both of Sun et al.'s thresholds.
+  const double threshold = std::max(opt.abs_threshold, opt.ratio_threshold * m.median_abs);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) m.massive_count += std::fabs(r[c]) > threshold;
+  }
+  return m;
+}
+
+double CkaFromGram(const Eigen::MatrixXd& g, int64_t x0, int64_t nx, int64_t y0, int64_t ny) {
+  const double xx = std::sqrt(BlockFrobeniusSq(g, x0, nx, x0, nx));
+  const double yy = std::sqrt(BlockFrobeniusSq(g, y0, ny, y0, ny));
+  if (!(xx > 0) || !(yy > 0)) return 0.0;
+  const double xy = BlockFrobeniusSq(g, y0, ny, x0, nx);
+  return std::min(1.0, xy / (xx * yy));
+}
+
+Status CheckSameRows(const TokenMatrix& x, const TokenMatrix& y, const char* what) {
+  if (x.rows == y.rows) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + ": X has " + std::to_string(x.rows) +
+                                 " rows and Y has " + std::to_string(y.rows) +
+                                 "; both must hold the same tokens (same T)");
+}
+
+}  // namespace
+
+TokenMatrix MakeTokenMatrix(const float* data, int64_t rows, int64_t cols, int64_t stride) {
+  return TokenMatrix{data, rows, cols, stride < 0 ? cols : stride};
+}
+
+Status ValidateTokenMatrix(const TokenMatrix& x, const char* name) {
+  const std::string n = name ? name : "X";
+  if (x.data == nullptr) return Status::InvalidArgument(n + ": data is null");
+  if (x.rows < 1 || x.cols < 1) {
+    return Status::InvalidArgument(n + ": shape [" + std::to_string(x.rows) + ", " +
+                                   std::to_string(x.cols) +
+                                   "] is empty; need at least one token and one channel");
+  }
+  if (x.stride < x.cols) {
+    return Status::InvalidArgument(n + ": row stride " + std::to_string(x.stride) +
+                                   " is smaller than the " + std::to_string(x.cols) +
+                                   " columns; rows would overlap (contiguous: stride = cols)");
+  }
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* r = x.row(t);
+    for (int64_t c = 0; c < x.cols; ++c) {
+      if (!std::isfinite(r[c])) {
+        return Status::InvalidArgument(n + ": element [" + std::to_string(t) + ", " +
+                                       std::to_string(c) + "] is " + std::to_string(r[c]) +
+                                       "; the metrics need finite values (a diverged run?)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RankCollapseResidual> ComputeRankCollapseResidual(const TokenMatrix& x) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  return ResidualImpl(x);
+}
+
+Result<PairwiseCosine> ComputePairwiseCosine(const TokenMatrix& x) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  return CosineImpl(x);
+}
+
+Result<DirichletEnergy> ComputeDirichletEnergy(const TokenMatrix& x) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  return DirichletImpl(x);
+}
+
+Result<EffectiveRank> ComputeEffectiveRank(const TokenMatrix& x, bool centred, ThreadPool* pool) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  return EffectiveRankImpl(x, centred, pool);
+}
+
+Result<MassiveActivations> ComputeMassiveActivations(const TokenMatrix& x,
+                                                     const MassiveActivationOptions& opt) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  if (opt.top_k < 0) {
+    return Status::InvalidArgument("massive activations: top_k is " + std::to_string(opt.top_k) +
+                                   "; need >= 0");
+  }
+  return MassiveImpl(x, opt);
+}
+
+Result<double> ComputeLinearCka(const TokenMatrix& x, const TokenMatrix& y, ThreadPool* pool) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x, "X"));
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(y, "Y"));
+  ATTNLAB_RETURN_IF_ERROR(CheckSameRows(x, y, "linear CKA"));
+  const std::vector<double> mx = ColumnMean(x), my = ColumnMean(y);
+  Segments s;
+  s.parts = {x, y};
+  s.means = {&mx, &my};
+  const Eigen::MatrixXd g = FeatureGram(s, pool);
+  return CkaFromGram(g, 0, x.cols, x.cols, y.cols);
+}
+
+Result<std::vector<double>> ComputeHeadCkaMatrix(const TokenMatrix& heads, int64_t num_heads,
+                                                 ThreadPool* pool) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(heads, "heads"));
+  if (num_heads < 1 || heads.cols % num_heads != 0) {
+    return Status::InvalidArgument("head CKA: " + std::to_string(heads.cols) +
+                                   " columns do not split into " + std::to_string(num_heads) +
+                                   " heads; pass [T, H * hd] with H >= 1");
+  }
+  const int64_t H = num_heads, hd = heads.cols / H;
+  const std::vector<double> mean = ColumnMean(heads);
+  Segments s;
+  s.parts = {heads};
+  s.means = {&mean};
+  const Eigen::MatrixXd g = FeatureGram(s, pool);
+  std::vector<double> norms(H);  // |X_h^T X_h|_F
+  for (int64_t h = 0; h < H; ++h) norms[h] = std::sqrt(BlockFrobeniusSq(g, h * hd, hd, h * hd, hd));
+  std::vector<double> cka(H * H, 0.0);
+  for (int64_t a = 0; a < H; ++a) {
+    for (int64_t b = 0; b <= a; ++b) {
+      double v = 0;
+      if (norms[a] > 0 && norms[b] > 0) {
+        v = a == b ? 1.0
+                   : std::min(1.0, BlockFrobeniusSq(g, a * hd, hd, b * hd, hd) /
+                                       (norms[a] * norms[b]));
+      }
+      cka[a * H + b] = cka[b * H + a] = v;
+    }
+  }
+  return cka;
+}
+
+Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const TokenMatrix& k) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(q, "q"));
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(k, "k"));
+  if (q.cols != k.cols) {
+    return Status::InvalidArgument("sink key geometry: q has head_dim " + std::to_string(q.cols) +
+                                   " and k has " + std::to_string(k.cols) +
+                                   "; pass one head's q and k");
+  }
+  if (k.rows < q.rows) {
+    return Status::InvalidArgument("sink key geometry: " + std::to_string(q.rows) +
+                                   " queries but only " + std::to_string(k.rows) +
+                                   " keys; the queries are the last rows of the key sequence "
+                                   "(causal, bottom-right), so need Tk >= Tq");
+  }
+  const int64_t hd = q.cols, Tq = q.rows, Tk = k.rows;
+  SinkKeyGeometry g;
+  g.key0_norm = RowNorm(k.row(0), hd);
+  std::vector<double> kbar(hd, 0.0);
+  double other_norms = 0;
+  for (int64_t j = 0; j < Tk; ++j) {
+    const float* r = k.row(j);
+    for (int64_t d = 0; d < hd; ++d) kbar[d] += r[d];
+    if (j > 0) other_norms += RowNorm(r, hd);
+  }
+  for (double& v : kbar) v /= static_cast<double>(Tk);
+  double kbar_norm = 0;
+  for (double v : kbar) kbar_norm += v * v;
+  kbar_norm = std::sqrt(kbar_norm);
+  if (Tk > 1) {
+    g.mean_other_key_norm = other_norms / static_cast<double>(Tk - 1);
+    g.key_norm_ratio = SafeRatio(g.key0_norm, g.mean_other_key_norm);
+  } else {
+    g.mean_other_key_norm = g.key0_norm;
+    g.key_norm_ratio = 1.0;
+  }
+  // Queries in order; `seen` is the running sum of the unit keys 1..p(t) (zero keys add 0).
+  std::vector<double> seen(hd, 0.0);
+  int64_t seen_upto = 0;  // keys 1..seen_upto are in `seen`
+  double sum_k0 = 0, sum_mean = 0, sum_other = 0;
+  int64_t n_other = 0;
+  const float* k0 = k.row(0);
+  for (int64_t t = 0; t < Tq; ++t) {
+    const int64_t p = t + Tk - Tq;  // last visible key, in [0, Tk - 1]
+    for (; seen_upto < p; ++seen_upto) {
+      const float* r = k.row(seen_upto + 1);
+      const double n = RowNorm(r, hd);
+      if (n == 0) continue;
+      for (int64_t d = 0; d < hd; ++d) seen[d] += r[d] / n;
+    }
+    const float* qt = q.row(t);
+    const double qn = RowNorm(qt, hd);
+    if (qn == 0) {
+      if (p >= 1) ++n_other;  // cos 0 with every key
+      continue;
+    }
+    double dot0 = 0, dotm = 0, doto = 0;
+    for (int64_t d = 0; d < hd; ++d) {
+      dot0 += static_cast<double>(qt[d]) * k0[d];
+      dotm += qt[d] * kbar[d];
+      doto += qt[d] * seen[d];
+    }
+    if (g.key0_norm > 0) sum_k0 += dot0 / (qn * g.key0_norm);
+    if (kbar_norm > 0) sum_mean += dotm / (qn * kbar_norm);
+    if (p >= 1) {
+      sum_other += doto / (qn * static_cast<double>(p));
+      ++n_other;
+    }
+  }
+  g.cos_key0 = sum_k0 / static_cast<double>(Tq);
+  g.cos_key_mean = sum_mean / static_cast<double>(Tq);
+  g.cos_key_other = n_other ? sum_other / static_cast<double>(n_other) : 0.0;
+  return g;
+}
+
+Result<RepresentationMetrics> ComputeRepresentationMetrics(const TokenMatrix& x,
+                                                           const RepresentationMetricsOptions& opt,
+                                                           ThreadPool* pool) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
+  if (opt.massive.top_k < 0) {
+    return Status::InvalidArgument("massive activations: top_k is " +
+                                   std::to_string(opt.massive.top_k) + "; need >= 0");
+  }
+  RepresentationMetrics m;
+  m.residual = ResidualImpl(x);
+  m.cosine = CosineImpl(x);
+  m.dirichlet = DirichletImpl(x);
+  if (opt.effective_rank) {
+    m.erank = EffectiveRankImpl(x, /*centred=*/false, pool);
+    m.erank_centred = EffectiveRankImpl(x, /*centred=*/true, pool);
+  }
+  m.massive = MassiveImpl(x, opt.massive);
+  return m;
+}
+
+}  // namespace attnlab
