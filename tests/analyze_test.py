@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""`attnlab analyze` on a model built to have one known attention sink, plus its bad inputs.
+
+The model (written by this test as an attnlab checkpoint: config.json + model.safetensors) has
+no norms and no MLP, learned positions, and small random weights everywhere except in one head,
+layer 1 head 2: position 0's embedding carries a large value in channel 0 that no other token
+has, every token carries a constant 1 in channel 1, and that head's query reads channel 1 while
+its key reads channel 0. Its score on token 0 is then ~350 above every other key, so the head
+puts all of its attention on token 0; the other heads attend almost uniformly (alpha_1 about
+ln(T)/T). The report must name exactly that head as a sink, in report.json and report.html.
+Bad inputs (missing model, missing or empty text, a prompt longer than a learned-position
+model's context) must fail with one clear error line and a non-zero exit.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+SINK_LAYER, SINK_HEAD = 1, 2
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, arr in tensors.items():
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        header[name] = {"dtype": "F32", "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        blobs.append(arr.tobytes())
+        offset += arr.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def make_model(d):
+    C, L, H, V, T = 32, 2, 4, 257, 64
+    hd = C // H
+    cfg = {"format": "attnlab-checkpoint", "version": 1, "meta": {},
+           "vocab_size": V, "context": T, "d_model": C, "n_layer": L, "n_head": H,
+           "mlp": False, "norm": "none", "position": "learned", "bias": True}
+    rng = np.random.default_rng(0)
+    t = {}
+    wte = rng.normal(0, 0.02, (V, C))
+    wte[:, 0] = 0.0   # channel 0: only position 0 sets it
+    wte[:, 1] = 1.0   # channel 1: a constant for every token
+    wpe = rng.normal(0, 0.02, (T, C))
+    wpe[:, 0] = 0.0
+    wpe[:, 1] = 0.0
+    wpe[0, 0] = 10.0
+    t["wte"], t["wpe"] = wte, wpe
+    for l in range(L):
+        qkv = rng.normal(0, 0.02, (C, 3 * C))
+        qkv[0, :] = 0.0  # no head but the sink reads channel 0 ...
+        qkv[1, :] = 0.0  # ... or channel 1
+        if l == SINK_LAYER:
+            qkv[1, SINK_HEAD * hd] = 10.0          # q[0] = 10 for every token
+            qkv[0, C + SINK_HEAD * hd] = 10.0      # k[0] = 100 for token 0 only
+        t[f"h.{l}.attn.qkv.weight"] = qkv
+        t[f"h.{l}.attn.qkv.bias"] = np.zeros(3 * C)
+        proj = rng.normal(0, 0.02, (C, C))
+        proj[:, 0:2] = 0.0  # keep channels 0 and 1 as they are
+        t[f"h.{l}.attn.proj.weight"] = proj
+        t[f"h.{l}.attn.proj.bias"] = np.zeros(C)
+    ck = os.path.join(d, "sink-model")
+    os.makedirs(ck)
+    json.dump(cfg, open(os.path.join(ck, "config.json"), "w"))
+    write_safetensors(os.path.join(ck, "model.safetensors"), t)
+    return ck
+
+
+def run(cli, args, expect_ok=True, needle=None):
+    p = subprocess.run([cli] + args, capture_output=True, text=True, errors="replace")
+    if (p.returncode == 0) != expect_ok:
+        sys.exit(f"FAIL: {' '.join(args)} exited {p.returncode}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+    if not expect_ok:
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        if "error" not in last or (needle and needle not in p.stderr):
+            sys.exit(f"FAIL: {' '.join(args)}: unclear error {p.stderr!r}")
+        print(f"ok (error) {last[:120]}")
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attnlab", required=True)
+    cli = ap.parse_args().attnlab
+    with tempfile.TemporaryDirectory() as d:
+        ck = make_model(d)
+        text = os.path.join(d, "text.txt")
+        rng = np.random.default_rng(1)
+        words = "the jury said it did find that many of the laws are outmoded".split()
+        open(text, "w").write(" ".join(rng.choice(words, 600)))
+        out = os.path.join(d, "report")
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", text, "--out", out,
+                  "--plot-heads", f"{SINK_LAYER}.{SINK_HEAD},0.0"])
+        rep = json.load(open(os.path.join(out, "report.json")))
+        sinks = [(s["layer"], s["head"]) for s in rep["sinks"]["sink_heads"]]
+        if sinks != [(SINK_LAYER, SINK_HEAD)]:
+            sys.exit(f"FAIL: expected exactly one sink head ({SINK_LAYER}, {SINK_HEAD}), got {sinks}")
+        head = rep["layers"][SINK_LAYER]["heads"][SINK_HEAD]
+        if head["alpha"][0] < 0.9:
+            sys.exit(f"FAIL: the planted sink head has alpha_1 = {head['alpha'][0]}")
+        others = [h["alpha"][0] for l in rep["layers"] for h in l["heads"]
+                  if (l["layer"], h["head"]) != (SINK_LAYER, SINK_HEAD)]
+        print(f"ok: sink head alpha_1 = {head['alpha'][0]:.4f}, others <= {max(others):.4f}, "
+              f"Sink_1 = {rep['sinks']['sink_rate']['k1']:.4f}")
+        html = open(os.path.join(out, "report.html"), encoding="utf-8").read()
+        for needle in (f"L{SINK_LAYER}.H{SINK_HEAD}", 'id="summary"', 'id="sinks"', 'id="collapse"',
+                       'id="heads"', 'id="massive"', 'id="maps"', 'id="run"'):
+            if needle not in html:
+                sys.exit(f"FAIL: report.html lacks {needle!r}")
+        for f in ("heads.csv", "layers.csv"):
+            if not os.path.getsize(os.path.join(out, f)):
+                sys.exit(f"FAIL: {f} is empty")
+        print("ok: report.json, report.html, heads.csv, layers.csv")
+
+        # Bad inputs.
+        run(cli, ["analyze", "--model", os.path.join(d, "none"), "--tokenizer", "byte",
+                  "--text", text], expect_ok=False, needle="none")
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text",
+                  os.path.join(d, "missing.txt")], expect_ok=False, needle="missing")
+        empty = os.path.join(d, "empty.txt")
+        open(empty, "w").close()
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", empty],
+            expect_ok=False, needle="empty")
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--prompt", "x" * 100],
+            expect_ok=False, needle="learned positions")
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", text,
+                  "--window", "100"], expect_ok=False, needle="learned positions")
+        run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", text,
+                  "--plot-heads", "7.1"], expect_ok=False, needle="plot-heads")
+    print("all analyze checks passed")
+
+
+if __name__ == "__main__":
+    main()
