@@ -74,6 +74,30 @@ def make_model(d):
     return ck
 
 
+def check_in_chromium(out):
+    """Renders report.html in headless Chromium: the DOM has every section, and the screenshot is
+    not blank (many colours, a large share of non-background pixels, the heatmap's viridis)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import report_chromium_test as rc  # the shared Chromium helpers
+    chromium = rc.find_chromium()
+    url = "file://" + os.path.join(out, "report.html")
+    dom = rc.run_chromium(chromium, out, ["--dump-dom"], url).decode("utf-8", "replace")
+    for sid in ("summary", "sinks", "collapse", "heads", "massive", "maps", "run"):
+        if f'id="{sid}"' not in dom:
+            sys.exit(f"FAIL: Chromium's DOM lacks section {sid!r}")
+    shot = os.path.join(out, "shot.png")
+    rc.run_chromium(chromium, out, ["--screenshot=" + shot, "--window-size=1200,4000"], url)
+    img = rc.decode_png(open(shot, "rb").read())
+    colours = len(np.unique(img.reshape(-1, 3), axis=0))
+    background = np.bincount(np.ravel_multi_index(img.reshape(-1, 3).T, (256, 256, 256))).max()
+    non_bg = 1 - background / (img.shape[0] * img.shape[1])
+    viridis_end = rc.count_near(img, (253, 231, 37), tol=24)
+    if img.shape[:2] != (4000, 1200) or colours < 300 or non_bg < 0.05 or viridis_end < 20:
+        sys.exit(f"FAIL: screenshot looks blank or wrong: shape {img.shape}, {colours} colours, "
+                 f"{non_bg:.1%} non-background, {viridis_end} viridis-yellow pixels")
+    print(f"ok: Chromium renders the report ({colours} colours, {non_bg:.0%} non-background)")
+
+
 def run(cli, args, expect_ok=True, needle=None):
     p = subprocess.run([cli] + args, capture_output=True, text=True, errors="replace")
     if (p.returncode == 0) != expect_ok:
@@ -119,6 +143,7 @@ def main():
             if not os.path.getsize(os.path.join(out, f)):
                 sys.exit(f"FAIL: {f} is empty")
         print("ok: report.json, report.html, heads.csv, layers.csv")
+        check_in_chromium(out)
 
         # Bad inputs.
         run(cli, ["analyze", "--model", os.path.join(d, "none"), "--tokenizer", "byte",
