@@ -76,6 +76,28 @@ def main():
         logits = np.load(out)
         assert logits.shape == (4, info["vocab_size"]), logits.shape
 
+        # Streaming: policies, the comparison report, unlimited generation at constant memory.
+        p = run(cli, "stream", "--model", ck, "--text", text, "--policy", "sink", "--sinks", "2",
+                "--window", "16", "--max-tokens", "200", "--chunk", "50")
+        assert "done: 200 tokens" in p.stdout, p.stdout[-400:]  # BOS first: every token scored
+        rep = os.path.join(d, "stream")
+        run(cli, "stream", "--model", ck, "--text", text, "--compare", "--sinks", "2",
+            "--window", "16", "--max-tokens", "150", "--out", rep)
+        js = json.load(open(os.path.join(rep, "stream.json")))
+        assert [r["policy"] for r in js["results"]] == ["dense", "window", "sink", "recompute"], js
+        assert os.path.getsize(os.path.join(rep, "report.html")) > 1000
+        p = run(cli, "generate", "--model", ck, "--prompt", "the", "--policy", "sink",
+                "--sinks", "2", "--window", "16", "--max-tokens", "100", "--temperature", "0")
+        assert "100 tokens generated" in p.stderr, p.stderr
+        run(cli, "stream", "--model", ck, "--text", text, "--policy", "sink", "--sinks", "4",
+            "--window", "4", expect_ok=False, needle="larger than --sinks")
+        run(cli, "stream", "--model", ck, "--text", text, "--policy", "window", "--window", "64",
+            expect_ok=False, needle="exceeds the model's context")
+        run(cli, "stream", "--model", ck, "--text", os.path.join(d, "missing.txt"),
+            expect_ok=False, needle="missing")
+        run(cli, "stream", "--model", ck, "--text", text, "--policy", "lru", expect_ok=False,
+            needle="unknown cache policy")
+
         # Bad inputs.
         cfg = os.path.join(d, "bad.json")
         json.dump({"model": {"n_layer": 2, "d_model": 32, "n_head": 4, "wings": 3}}, open(cfg, "w"))

@@ -2,10 +2,12 @@
 //
 //   attnlab generate [--model M] [--prompt STR] [--max-tokens 200] [--temperature 0.8]
 //                    [--top-k 40] [--top-p 0.95] [--seed 1]
+//                    [--policy dense|window|sink] [--sinks 4] [--window W]
 //
 // The prompt is prefilled into a KV cache, then one token at a time is decoded against it.
-// The model defaults to the embedded one; the dense cache keeps every token, so prompt plus
-// generated tokens are limited to the model's context.
+// The model defaults to the embedded one. The dense cache (default) keeps every token, so prompt
+// plus generated tokens are limited to the model's context; the window and sink policies
+// (model/streaming_cache.h) keep W tokens and generate without a length limit at constant memory.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,13 +15,14 @@
 #include "cli_model.h"
 #include "commands.h"
 #include "model/sampler.h"
+#include "model/streaming_cache.h"
 
 namespace attnlab::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, tokenizer, prompt;
-  int64_t max_tokens = 200;
+  std::string model, tokenizer, prompt, policy = "dense";
+  int64_t max_tokens = 200, sinks = 4, window = 0;
   SamplerConfig sampler{0.8f, 40, 0.95f, 1};
 };
 
@@ -38,18 +41,41 @@ void Run(const GenerateOptions& o) {
     ids.push_back(*m.tokenizer->bos_id());
   }
   ids.insert(ids.end(), enc.value().begin(), enc.value().end());
-  const int64_t limit = c.context;
-  if (static_cast<int64_t>(ids.size()) >= limit) {
-    throw CommandError("the prompt is " + std::to_string(ids.size()) +
-                       " tokens; the model's context is " + std::to_string(limit));
+  auto policy = ParseCachePolicy(o.policy);
+  Check(policy.status(), "--policy");
+  if (policy.value() == CachePolicy::kRecompute) {
+    throw CommandError("--policy recompute is an evaluation baseline (attnlab stream), not a cache");
   }
-  const int64_t n_new = std::min<int64_t>(o.max_tokens, limit - static_cast<int64_t>(ids.size()));
-  DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
+  const bool bounded = policy.value() != CachePolicy::kDense;
+  std::unique_ptr<KvCache> cache;
+  int64_t step_max = static_cast<int64_t>(ids.size());  // prompt tokens per prefill step
+  if (bounded) {
+    StreamingCacheConfig sc;
+    sc.policy = policy.value();
+    sc.n_sink = o.sinks;
+    sc.window = o.window > 0 ? o.window : c.context;
+    Check(ValidateStreamingConfig(sc, c));
+    cache = std::make_unique<StreamingKvCache>(sc, c);
+    step_max = sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
+  } else {
+    if (static_cast<int64_t>(ids.size()) >= c.context) {
+      throw CommandError("the prompt is " + std::to_string(ids.size()) +
+                         " tokens; the model's context is " + std::to_string(c.context) +
+                         " (use --policy sink for unlimited length)");
+    }
+    cache = std::make_unique<DenseKvCache>(c.n_layer, c.kv_heads(), c.head_dim());
+  }
+  const int64_t n_new =
+      bounded ? o.max_tokens
+              : std::min<int64_t>(o.max_tokens, c.context - static_cast<int64_t>(ids.size()));
   Sampler sampler(o.sampler);
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  Check(g.Forward(ids.data(), nullptr, 1, static_cast<int64_t>(ids.size()), nullptr, &cache));
+  for (size_t s = 0; s < ids.size(); s += step_max) {
+    const int64_t n = std::min<int64_t>(step_max, ids.size() - s);
+    Check(g.Forward(ids.data() + s, nullptr, 1, n, nullptr, cache.get()));
+  }
   const auto t1 = std::chrono::steady_clock::now();
   const int64_t V = c.vocab_size;
   const float* last = g.logits() + (g.last_len() - 1) * V;
@@ -65,16 +91,18 @@ void Run(const GenerateOptions& o) {
       ++produced;
       break;
     }
-    Check(g.Forward(&next, nullptr, 1, 1, nullptr, &cache));
+    Check(g.Forward(&next, nullptr, 1, 1, nullptr, cache.get()));
     last = g.logits();
   }
   const auto t2 = std::chrono::steady_clock::now();
   const double prefill = std::chrono::duration<double>(t1 - t0).count();
   const double decode = std::chrono::duration<double>(t2 - t1).count();
   std::printf("\n");
-  std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s]\n",
-               ids.size(), prefill, static_cast<long>(produced),
-               decode > 0 ? produced / decode : 0.0);
+  std::fprintf(stderr,
+               "[%zu prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s; cache %s, "
+               "%.1f MiB]\n",
+               ids.size(), prefill, static_cast<long>(produced), decode > 0 ? produced / decode : 0.0,
+               o.policy.c_str(), cache->bytes() / 1048576.0);
 }
 
 }  // namespace
@@ -90,6 +118,9 @@ void RegisterGenerateCommand(CLI::App& app) {
   cmd->add_option("--top-k", o->sampler.top_k, "sample from the k most likely (40; 0 = all)");
   cmd->add_option("--top-p", o->sampler.top_p, "nucleus mass (0.95)");
   cmd->add_option("--seed", o->sampler.seed, "sampling seed (1)");
+  cmd->add_option("--policy", o->policy, "KV cache: dense (default), window, sink (no length limit)");
+  cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
+  cmd->add_option("--window", o->window, "tokens the cache holds, sinks included (default: context)");
   cmd->callback([o] { Run(*o); });
 }
 

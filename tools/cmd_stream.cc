@@ -33,7 +33,11 @@ struct StreamOptions {
 
 std::string Mib(int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  if (bytes < 1048576) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  }
   return buf;
 }
 
