@@ -26,16 +26,22 @@ The model (x: residual stream [B, Tm, C], Tm = T + 1 with a sink token at positi
   x0 = wte[token] (or sink_token) + wpe[position]                      (learned positions)
   per layer, with f the attention or the MLP sublayer and a the residual scale:
     pre-LN: x = x + a f(LN(x)); post-LN: x = LN(x + a f(x)); none: x = x + a f(x);
-    no residual: x + a f -> f (a unused)
+    no residual: x + a f -> f (a unused); DeepNorm (post-LN): x = LN(alpha x + f(x)),
+    alpha = float32((2 n_layer)^(1/4)) (Wang et al. 2022, decoder-only)
     attention: q|k|v = a_in W_qkv + b; RoPE on q and k (rotate_half or interleaved pairs,
       partial rotary, linear / NTK / YaRN scaled frequencies, cos and sin rounded to float32 as
       rope.h's "Precision" paragraph says); scores q.k / sqrt(head_dim); key j visible to query i
-      iff j <= i, j >= i - window (window >= 0; the sink token, if any, is exempt), j != 0
-      (mask_first_key); softmax / softmax1
+      iff j <= i (causal; every j when causal = false), j >= i - window (window >= 0; the sink token, if any, is exempt), j != 0
+      (mask_first_key); with attention_type sparse also j < G or i < G (G = attention_global
+      global positions, Longformer); softmax / softmax1
       (+1 in the denominator) / sink logit (+exp(b_h)) / sigmoid(s + bias), bias = sigmoid_bias
       or -log(max_positions) when 0; a row with no visible key outputs 0 (handled explicitly with
       torch.where, no NaN anywhere); GQA head h reads kv head h // (H / H_kv); output gate
       o_h *= sigmoid(a_in W_g + b_g)_h; then o W_proj + b.
+      attention_type linear replaces the scores and softmax by causal linear attention (after
+      RoPE, if any): O_i = sum_{j <= i} w_ij v_j / (sum_{j <= i} w_ij + 1e-6), w_ij =
+      phi(q_i) . phi(k_j), phi = elu + 1, computed as a masked Tm x Tm product (attnlab runs
+      a chunked kernel and, when decoding, a recurrence: neither is this form).
     MLP: gelu_tanh(m_in W_fc + b) W_proj + b.
   logits = LN_f(x) W_head^T (pre-LN only has LN_f), W_head = wte when tied.
   loss = mean over positions with target >= 0 of -log softmax(logits)[target] (the sink position
@@ -101,7 +107,8 @@ BASE = {
     "rope_base": 10000.0, "rope_scaling": "none", "rope_factor": 1.0,
     "rope_original_context": 0, "norm": "pre", "norm_type": "layernorm", "norm_eps": 1e-5,
     "residual_scale": "one", "softmax": "standard", "sigmoid_bias": 0.0, "output_gate": False,
-    "mask_first_key": False, "sink_token": False, "attention_window": -1,
+    "mask_first_key": False, "sink_token": False, "attention_window": -1, "causal": True,
+    "attention_type": "softmax", "attention_global": 0,
 }
 
 CONFIGS = [
@@ -130,6 +137,9 @@ CONFIGS = [
     ("residual_off", {"residual": False}),
     ("residual_inv_sqrt_2l", {"residual_scale": "inv_sqrt_2l"}),
     ("residual_rezero", {"residual_scale": "rezero"}),
+    ("residual_deepnorm", {"norm": "post", "residual_scale": "deepnorm"}),
+    ("deepnorm_rms_3layers_nomlp", {"norm": "post", "residual_scale": "deepnorm",
+                                    "norm_type": "rmsnorm", "n_layer": 3, "mlp": False}),
     # Sublayers and linear layers.
     ("mlp_off", {"mlp": False}),
     ("bias_off", {"bias": False}),
@@ -146,6 +156,20 @@ CONFIGS = [
     ("mqa_kv1", {"n_kv_head": 1}),
     ("window_3", {"attention_window": 3}),
     ("window_0", {"attention_window": 0}),
+    # Attention types: linear (phi = elu + 1) and sparse (window + global tokens).
+    ("linear", {"attention_type": "linear"}),
+    ("linear_gqa_learned_gate", {"attention_type": "linear", "n_kv_head": 2,
+                                 "position": "learned", "output_gate": True}),
+    ("linear_post_rms_nopos", {"attention_type": "linear", "norm": "post",
+                               "norm_type": "rmsnorm", "position": "none"}),
+    ("sparse_w2_g2", {"attention_type": "sparse", "attention_window": 2,
+                      "attention_global": 2}),
+    ("sparse_w0_g3_gqa_sinktoken_softmax1", {"attention_type": "sparse", "attention_window": 0,
+                                             "attention_global": 3, "n_kv_head": 1,
+                                             "sink_token": True, "softmax": "softmax1"}),
+    ("bidirectional", {"causal": False}),
+    ("bidirectional_nonorm_nomlp_maskfirst", {"causal": False, "norm": "none", "mlp": False,
+                                              "mask_first_key": True}),
     # Combinations.
     ("combo_post_rms_nobias_untied_learned", {"norm": "post", "norm_type": "rmsnorm",
                                               "bias": False, "tie_embeddings": False,
@@ -185,6 +209,8 @@ SENSITIVITY = [
     ("rmsnorm_eps0.1", "rms_as_layernorm"),
     ("residual_inv_sqrt_2l", "residual_scale_one"),
     ("residual_rezero", "rezero_mlp_alpha_ignored"),
+    ("residual_deepnorm", "deepnorm_alpha_on_branch"),
+    ("bidirectional", "bidirectional_as_causal"),
     ("softmax1", "softmax1_no_plus_one"),
     ("sink_logit", "sink_logit_sign"),
     ("sigmoid_default_bias", "sigmoid_bias_wrong_length"),
@@ -193,6 +219,14 @@ SENSITIVITY = [
     ("sink_token", "sink_token_not_prepended_to_position"),
     ("gqa_kv2", "gqa_modulo"),
     ("window_3", "window_off_by_one"),
+    ("linear", "linear_phi_relu"),
+    ("linear", "linear_no_causal_diag"),
+    ("linear_gqa_learned_gate", "gqa_modulo"),
+    ("linear_post_rms_nopos", "linear_as_softmax"),
+    # (No "global_rows_local" row: in a causal model a global query at position p < G sees only
+    # keys j <= p < G, which are global keys anyway, so the mistake cannot change any output.)
+    ("sparse_w2_g2", "global_keys_local"),
+    ("sparse_w0_g3_gqa_sinktoken_softmax1", "global_off_by_one"),
     ("untied", "tied_head"),
     ("base", "gelu_erf"),
 ]
@@ -386,6 +420,23 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def linear_attention(q, k, v, mutation):
+    """Causal linear attention (Katharopoulos et al. 2020) in its quadratic, masked form, which
+    neither of attnlab's kernels (recurrent, chunked) uses: w_ij = phi(q_i) . phi(k_j) for
+    j <= i, phi = elu + 1, O_i = sum_j w_ij v_j / (sum_j w_ij + eps), eps = float32(1e-6)."""
+    if mutation == "linear_phi_relu":
+        phi = lambda x: torch.relu(x) + 1.0
+    else:
+        phi = lambda x: torch.nn.functional.elu(x) + 1.0
+    Tm = q.shape[2]
+    w = phi(q) @ phi(k).transpose(-1, -2)  # [B, H, Tm, Tm]
+    i = torch.arange(Tm)[:, None]
+    j = torch.arange(Tm)[None, :]
+    vis = j < i if mutation == "linear_no_causal_diag" else j <= i
+    w = torch.where(vis, w, torch.zeros_like(w))
+    return (w @ v) / (w.sum(-1, keepdim=True) + f32(1e-6))
+
+
 def attention(c, q, k, v, sink_logits, mutation):
     """q [B, H, Tm, hd], k, v [B, Hkv, Tm, hd] -> [B, H, Tm, hd] (attention.h)."""
     B, H, Tm, hd = q.shape
@@ -396,6 +447,8 @@ def attention(c, q, k, v, sink_logits, mutation):
     else:
         idx = torch.arange(H) // group
     k, v = k[:, idx], v[:, idx]
+    if c["attention_type"] == "linear" and mutation != "linear_as_softmax":
+        return linear_attention(q, k, v, mutation)
     scale = f32(1.0 / math.sqrt(hd))
     s = scale * (q @ k.transpose(-1, -2))  # [B, H, Tm, Tm]
     i = torch.arange(Tm)[:, None]
@@ -403,11 +456,21 @@ def attention(c, q, k, v, sink_logits, mutation):
     vis = j <= i
     if mutation == "no_causal_diag":
         vis = j < i
+    if not c["causal"] and mutation != "bidirectional_as_causal":
+        vis = (j >= 0) & (i >= 0)  # every key
     w = c["attention_window"]
     if w >= 0:
         in_window = j >= i - (w + 1 if mutation == "window_off_by_one" else w)
         if c["sink_token"]:
             in_window = in_window | (j == 0)  # the sink token stays visible (StreamingLLM)
+        G = c["attention_global"] if c["attention_type"] == "sparse" else 0
+        if G > 0:  # Longformer: global keys seen by every row, global rows see every key
+            if mutation == "global_off_by_one":
+                G += 1
+            if mutation != "global_keys_local":
+                in_window = in_window | (j < G)
+            if mutation != "global_rows_local":
+                in_window = in_window | (i < G)
         vis = vis & in_window
     if c["mask_first_key"] and mutation != "first_key_visible":
         vis = vis & (j != 0)
@@ -489,6 +552,9 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         fixed = float(np.float32(1.0) / np.sqrt(np.float32(2.0 * L)))
     else:
         fixed = 1.0
+    skip = f32((2.0 * L) ** 0.25) if c["residual_scale"] == "deepnorm" else 1.0
+    if mutation == "deepnorm_alpha_on_branch":  # LN(x + alpha f(x)) instead of LN(alpha x + f(x))
+        skip, fixed = 1.0, f32((2.0 * L) ** 0.25)
 
     for l in range(L):
         h = f"h.{l}."
@@ -517,7 +583,7 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         if post and mutation == "post_norm_on_branch":  # x + a LN(f(x)) instead of LN(x + a f(x))
             s1, post_here = x + a1 * norm(o, h + "ln1"), False
         else:
-            s1, post_here = (x + a1 * o if c["residual"] else o), post
+            s1, post_here = (skip * x + a1 * o if c["residual"] else o), post
         mid = norm(s1, h + "ln1") if post_here else s1
         # MLP sublayer.
         if c["mlp"]:
@@ -528,7 +594,7 @@ def truth_forward(c, W, tokens, targets, mutation=None):
             else:
                 g = gelu_tanh(hh)
             m = linear(g, h + "mlp.proj")
-            s2 = mid + a2 * m if c["residual"] else m
+            s2 = skip * mid + a2 * m if c["residual"] else m
             x = norm(s2, h + "ln2") if post else s2
         else:
             x = mid

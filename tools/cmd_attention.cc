@@ -2,6 +2,7 @@
 //
 //   attnlab attention --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--probs P.npy]
 //       [--kernel flash|reference] [--causal] [--window-left N] [--window-right N] [--sinks N]
+//       [--global N]
 //       [--mask-first-key] [--mask M.npy] [--softmax standard|softmax1|sink|sigmoid]
 //       [--sink-logits S.npy] [--sigmoid-bias X] [--scale X]
 //       [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dsink DS.npy]]
@@ -43,6 +44,7 @@ struct AttentionOptions {
   CLI::Option* window_left_opt = nullptr;
   CLI::Option* window_right_opt = nullptr;
   int64_t sinks = 0;
+  int64_t global = 0;
   bool mask_first_key = false;
   std::string mask, sink_logits;
   double sigmoid_bias = 0;
@@ -119,6 +121,7 @@ void CheckFlags(const AttentionOptions& o) {
     }
   }
   if (o.sinks < 0) throw CommandError("--sinks must be >= 0, got " + std::to_string(o.sinks));
+  if (o.global < 0) throw CommandError("--global must be >= 0, got " + std::to_string(o.global));
   if (softmax == SoftmaxKind::kSinkLogit && o.sink_logits.empty()) {
     throw CommandError("--softmax sink needs --sink-logits S.npy (float32 [heads_q])");
   }
@@ -211,6 +214,7 @@ void RunAttention(const AttentionOptions& o) {
   mask.window_left = o.window_left_opt->count() > 0 ? o.window_left : -1;
   mask.window_right = o.window_right_opt->count() > 0 ? o.window_right : -1;
   mask.n_sink = o.sinks;
+  mask.n_global = o.global;
   mask.mask_first_key = o.mask_first_key;
 
   std::vector<uint8_t> mask_bytes;
@@ -368,6 +372,9 @@ void RegisterAttentionCommand(CLI::App& app) {
   o.window_right_opt = cmd->add_option("--window-right", o.window_right,
                                        "keys visible to the right (inclusive; default unbounded)");
   cmd->add_option("--sinks", o.sinks, "number of leading keys that bypass the window (n_sink)");
+  cmd->add_option("--global", o.global,
+                  "number of leading positions that are global (n_global, Longformer): their "
+                  "keys bypass the window and their queries see every causal key");
   cmd->add_flag("--mask-first-key", o.mask_first_key, "hide key 0 from every query");
   cmd->add_option("--mask", o.mask,
                   "explicit mask .npy, uint8/bool, 1 = visible: [len_q, len_k] or "

@@ -24,6 +24,10 @@ struct EvalOptions {
 };
 
 void Run(const EvalOptions& o) {
+  if (o.max_tokens < 0) {
+    throw CommandError("--max-tokens must be >= 0 (0 scores every token), got " +
+                       std::to_string(o.max_tokens));
+  }
   std::string path = o.text;
   if (path.empty()) {
     path = FindResource(kSampleTextPath);

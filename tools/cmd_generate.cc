@@ -63,7 +63,7 @@ void Run(const GenerateOptions& o) {
                          " tokens; the model's context is " + std::to_string(c.context) +
                          " (use --policy sink for unlimited length)");
     }
-    cache = std::make_unique<DenseKvCache>(c.n_layer, c.kv_heads(), c.head_dim());
+    cache = MakeKvCache(c);  // linear attention: its running state
   }
   const int64_t n_new =
       bounded ? o.max_tokens

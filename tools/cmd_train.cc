@@ -19,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/tokenizer_spec.h"
 #include "train/token_data.h"
+#include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {
@@ -33,68 +34,23 @@ struct TrainFlags {
   json train = json::object();  // flags given, as training keys
 };
 
-// Training keys and their defaults (the JSON config's "train" object accepts exactly these).
-json DefaultTrainJson() {
-  TrainOptions d;
-  return json{{"batch", d.batch},
-              {"seq_len", d.seq_len},
-              {"accum", d.accum},
-              {"steps", d.steps},
-              {"lr", d.opt.lr},
-              {"min_lr", d.opt.min_lr},
-              {"warmup", d.opt.warmup_steps},
-              {"weight_decay", d.opt.weight_decay},
-              {"grad_clip", d.opt.grad_clip},
-              {"beta2", d.opt.beta2},
-              {"seed", d.seed},
-              {"init_seed", 1},
-              {"bos", false},
-              {"eval_every", d.eval_every},
-              {"eval_batches", d.eval_batches},
-              {"log_every", d.log_every},
-              {"checkpoint_every", 200},
-              {"probe_every", 0}};
-}
-
-template <typename T>
-T Get(const json& j, const char* key) {
-  try {
-    return j.at(key).get<T>();
-  } catch (const std::exception&) {
-    throw CommandError(std::string("training option '") + key + "' has the wrong type");
-  }
-}
-
 void Run(TrainFlags f) {
-  // Merge: defaults <- config file <- flags.
+  // Merge: defaults <- config file <- flags. Every training value is checked (type and range)
+  // by TrainSettingsFromJson below; the model keys by ModelConfigFromJson.
   json model = json::object(), train = DefaultTrainJson();
   if (!f.config_file.empty()) {
     auto text = ReadFileToString(f.config_file, int64_t{1} << 24);
     Check(text.status(), "--config");
-    json cfg = json::parse(text.value(), nullptr, false);
-    if (cfg.is_discarded() || !cfg.is_object()) {
-      throw CommandError("--config " + f.config_file + ": not a JSON object");
-    }
-    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-      if (it.key() == "model" && it.value().is_object()) {
-        model.update(it.value());
-      } else if (it.key() == "train" && it.value().is_object()) {
-        for (auto t = it.value().begin(); t != it.value().end(); ++t) {
-          if (!train.contains(t.key())) {
-            throw CommandError("--config: unknown training key '" + t.key() + "'");
-          }
-          train[t.key()] = t.value();
-        }
-      } else if (it.key() == "data" && it.value().is_string() && f.data.empty()) {
-        f.data = it.value().get<std::string>();
-      } else {
-        throw CommandError("--config: unknown top-level key '" + it.key() +
-                           "' (expected model, train, data)");
-      }
-    }
+    auto cfg = ParseTrainConfig(text.value(), f.config_file);
+    Check(cfg.status(), "--config");
+    model.update(cfg.value().model);
+    train.update(cfg.value().train);
+    if (f.data.empty()) f.data = cfg.value().data;
   }
   model.update(f.model);
   train.update(f.train);
+  auto settings = TrainSettingsFromJson(train);
+  Check(settings.status());
   if (f.data.empty()) throw CommandError("--data DIR is required (make one with attnlab prepare)");
 
   // Data and tokenizer.
@@ -116,7 +72,9 @@ void Run(TrainFlags f) {
   double unigram = -1;
   if (auto c = ReadFileToString(f.data + "/corpus.json", 1 << 20); c.ok()) {
     json cj = json::parse(c.value(), nullptr, false);
-    if (cj.is_object() && cj.contains("unigram_val_loss")) unigram = cj["unigram_val_loss"].get<double>();
+    if (cj.is_object() && cj.contains("unigram_val_loss") && cj["unigram_val_loss"].is_number()) {
+      unigram = cj["unigram_val_loss"].get<double>();
+    }
   }
 
   // Model: from the checkpoint when resuming, else from the flags.
@@ -152,7 +110,7 @@ void Run(TrainFlags f) {
     auto g = Gpt::Create(cfg.value());
     Check(g.status());
     gpt = std::move(g).value();
-    gpt->params().Initialize(cfg.value(), Get<uint64_t>(train, "init_seed"));
+    gpt->params().Initialize(cfg.value(), settings.value().init_seed);
   }
   const ModelConfig& mc = gpt->config();
   if (mc.vocab_size != tok.value()->vocab_size()) {
@@ -161,38 +119,20 @@ void Run(TrainFlags f) {
                        std::to_string(tok.value()->vocab_size()) + ")");
   }
 
-  TrainOptions o;
-  o.batch = Get<int64_t>(train, "batch");
-  o.seq_len = Get<int64_t>(train, "seq_len");
-  o.accum = Get<int64_t>(train, "accum");
-  o.steps = Get<int64_t>(train, "steps");
-  o.opt.lr = Get<float>(train, "lr");
-  o.opt.min_lr = Get<float>(train, "min_lr");
-  o.opt.warmup_steps = Get<int64_t>(train, "warmup");
-  o.opt.weight_decay = Get<float>(train, "weight_decay");
-  o.opt.grad_clip = Get<float>(train, "grad_clip");
-  o.opt.beta2 = Get<float>(train, "beta2");
-  o.seed = Get<uint64_t>(train, "seed");
-  o.eval_every = Get<int64_t>(train, "eval_every");
-  o.eval_batches = Get<int64_t>(train, "eval_batches");
-  o.log_every = Get<int64_t>(train, "log_every");
-  o.checkpoint_every = Get<int64_t>(train, "checkpoint_every");
-  o.probe_every = Get<int64_t>(train, "probe_every");
-  if (Get<bool>(train, "bos")) {
+  TrainOptions o = settings.value().options;
+  if (settings.value().bos) {
     if (!tok.value()->bos_id()) throw CommandError("--bos: the tokenizer has no BOS token");
     o.bos = *tok.value()->bos_id();
-  }
-  if (o.batch < 1 || o.accum < 1 || o.steps < 1 || o.seq_len < 0 || o.eval_batches < 1) {
-    throw CommandError("batch, accum, steps and eval_batches must be >= 1, seq_len >= 0");
-  }
-  if (!(o.opt.lr > 0) || !(o.opt.min_lr >= 0) || o.opt.warmup_steps < 0 ||
-      !(o.opt.weight_decay >= 0) || !(o.opt.beta2 > 0 && o.opt.beta2 < 1)) {
-    throw CommandError("lr must be > 0, min_lr >= 0, warmup >= 0, weight_decay >= 0, 0 < beta2 < 1");
   }
   const int64_t T = o.seq_len > 0 ? o.seq_len : mc.context;
   if (T > mc.context) {
     throw CommandError("seq_len " + std::to_string(T) + " exceeds the model's context " +
                        std::to_string(mc.context));
+  }
+  if (o.batch * T > (int64_t{1} << 26)) {
+    throw CommandError("batch x seq_len = " + std::to_string(o.batch) + " x " +
+                       std::to_string(T) + " tokens per micro-batch is more than 2^26; lower "
+                       "--batch (and raise --accum)");
   }
   o.out_dir = f.out;
   o.meta = json{{"tokenizer", tok_spec}, {"data", f.data}};
@@ -207,7 +147,7 @@ void Run(TrainFlags f) {
                static_cast<long>(mc.context), static_cast<long>(mc.vocab_size),
                ModelParameterCount(mc) / 1e6, static_cast<long>(o.steps),
                static_cast<long>(o.batch), static_cast<long>(T), static_cast<long>(o.accum),
-               o.steps * o.batch * T * o.accum / 1e6, DefaultThreadCount());
+               static_cast<double>(o.steps) * o.batch * T * o.accum / 1e6, DefaultThreadCount());
   Trainer trainer(gpt.get(), o, std::move(train_tok.value().tokens),
                   std::move(val_tok.value().tokens));
   if (f.resume) {
@@ -303,6 +243,10 @@ void RegisterTrainCommand(CLI::App& app) {
   train_int("--checkpoint-every", "checkpoint_every", "checkpoint every n steps (200)");
   train_int("--probe-every", "probe_every",
             "measure attention on token 0 every n steps (sink emergence; 0 = off)");
+  train_num("--first-token-replace", "first_token_replace",
+            "augmentation: replace the BOS by a random token with this probability");
+  train_num("--first-token-drop", "first_token_drop",
+            "augmentation: drop the BOS with this probability");
   cmd->add_flag_function("--bos", [f](int64_t) { f->train["bos"] = true; },
                          "start every sequence with the tokenizer's BOS token");
   cmd->callback([f] { Run(*f); });

@@ -36,6 +36,7 @@ void RegisterLogitsCommand(CLI::App& app);     // cmd_logits.cc
 void RegisterReportDemoCommand(CLI::App& app);  // cmd_report_demo.cc (hidden)
 void RegisterStreamCommand(CLI::App& app);     // cmd_stream.cc
 void RegisterAnalyzeCommand(CLI::App& app);    // cmd_analyze.cc
+void RegisterExperimentCommand(CLI::App& app); // cmd_experiment.cc
 
 }  // namespace attnlab::cli
 

@@ -16,9 +16,15 @@
 //   (a) explicit mask (if given) says 1 at [i, j], and
 //   (b) not (mask_first_key and j == 0), and
 //   (c) causal => j <= p(i), and
-//   (d) j < n_sink, or j lies in the window [p(i) - window_left, p(i) + window_right]
-//       (window_left / window_right = -1 mean unbounded on that side; bounds are inclusive).
-// So sink keys (the first n_sink) bypass the window but never causality.
+//   (d) j < n_sink, or j < n_global, or p(i) < n_global, or j lies in the window
+//       [p(i) - window_left, p(i) + window_right] (window_left / window_right = -1 mean
+//       unbounded on that side; bounds are inclusive).
+// So sink keys (the first n_sink) bypass the window but never causality. Global tokens (the
+// first n_global POSITIONS, Longformer's local + global attention, Beltagy et al. 2020,
+// arXiv:2004.05150) are global both ways: their keys bypass the window like sinks, and a query
+// at a global position bypasses the window (it sees every key that (a)-(c) allow). Globality of
+// a query follows its position p(i), not its row index, so a KV-cache decode step (len_q = 1)
+// sees what the same row of a full forward sees. With n_global = 0, (d) is the rule above it.
 //
 // Drawn for len_q = 5, len_k = 8 (p(i) = i + 3), 'x' = visible:
 //
@@ -30,6 +36,25 @@
 //   q2  xxxxxx..         q2  ...xxx..              q2  x..xxx..             q2  .xxxxx..
 //   q3  xxxxxxx.         q3  ....xxx.              q3  x...xxx.             q3  .xxxxxx.
 //   q4  xxxxxxxx         q4  .....xxx              q4  x....xxx             q4  .xxxxxxx
+//
+// Local + global (Longformer), drawn for len_q = len_k = 8; 'g' marks global rows and keys:
+//
+//   causal, window_left=1,       window_left=1, window_right=1,
+//   n_global=2                   n_global=1 (not causal)
+//         gg                           g
+//   key   01234567               key   01234567
+//   q0 g  x.......               q0 g  xxxxxxxx
+//   q1 g  xx......               q1    xxx.....
+//   q2    xxx.....               q2    xxxx....
+//   q3    xxxx....               q3    x.xxx...
+//   q4    xx.xx...               q4    x..xxx..
+//   q5    xx..xx..               q5    x...xxx.
+//   q6    xx...xx.               q6    x....xxx
+//   q7    xx....xx               q7    x.....xx
+//
+// Cost: a row sees at most window + n_global keys unless it is global, so the flash kernels,
+// which skip every (query block, key block) pair no row of the block sees, do
+// O(len_q * (window + n_global) + n_global * len_k) work instead of O(len_q * len_k).
 //
 // With len_q = len_k and causal + mask_first_key, row 0 sees nothing: that is exactly the
 // mission documents' MaskedSelfAttention (mask[:, 0] = mask[0, :] = True), and unlike
@@ -95,6 +120,8 @@ struct AttentionMask {
   int64_t window_left = -1;   // -1: unbounded
   int64_t window_right = -1;  // -1: unbounded
   int64_t n_sink = 0;         // keys [0, n_sink) bypass the window (not causality)
+  int64_t n_global = 0;       // positions [0, n_global) are global: as keys they bypass the
+                              // window (like sinks), as queries they see every causal key
   bool mask_first_key = false;
   std::optional<ExplicitMask> explicit_mask;
 };

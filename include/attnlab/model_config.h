@@ -7,10 +7,32 @@
 //   no residual:            x = f(x) (with the norm placement above applied to f's input/output)
 //   a = 1, 1/sqrt(2L), or a learned scalar per sublayer initialised to 0 (ReZero, Bachlechner
 //   et al. 2020).
+//   DeepNorm (Wang et al. 2022, arXiv:2203.00555; post-LN only): x = LN(alpha x + f(x)) with
+//   alpha = (2L)^(1/4) on the skip, and the value, output-projection and MLP weights initialised
+//   with std init_std * beta, beta = (8L)^(-1/4) (their decoder-only constants, L = n_layer;
+//   parameters.h). The branch scale a is 1.
+// Attention is causal (a decoder); causal = false makes every key visible to every query (an
+// encoder, as in Dong et al. 2021's analysis of rank collapse): full-sequence forward and
+// backward only (no KV cache, no window).
 // Attention variants are the engine's softmax kinds (attention.h), plus: a per-head output gate
 // o_h <- sigmoid(x W_g + b_g)_h * o_h (head-wise gating after SDPA, Qiu et al. 2025), masking the
 // first token as a key (the mission documents' MaskedSelfAttention), and a dedicated learnable
 // sink token prepended to every sequence (StreamingLLM, Xiao et al. 2023, section 3.3).
+// Attention types (attention_type):
+//   softmax  the engine's exact attention (flash kernels) with the variants above (default)
+//   sparse   softmax attention with Longformer's local + global mask (Beltagy et al. 2020): a
+//            causal window of attention_window keys plus attention_global global tokens, the
+//            first attention_global positions the transformer sees (the dedicated sink token, if
+//            any, is position 0): every query sees their keys, and their queries see every
+//            earlier key (attention.h's n_global)
+//   linear   causal linear attention, phi = elu + 1 (Katharopoulos et al. 2020;
+//            linear_attention.h), chunked in training, recurrent with a running state when
+//            decoding (LinearAttentionCache). RoPE, if configured, rotates q and k BEFORE phi:
+//            it injects position, but the weight phi(R_i q) . phi(R_j k) is no longer a function
+//            of i - j alone (Su et al. 2021, section 3.3, rotate after phi instead, which needs a
+//            different feature in the numerator and the denominator). Softmax variants,
+//            mask_first_key, the sink token and attention_window have no meaning for it and are
+//            rejected.
 #ifndef ATTNLAB_MODEL_CONFIG_H_
 #define ATTNLAB_MODEL_CONFIG_H_
 
@@ -26,7 +48,8 @@ namespace attnlab {
 enum class PositionEncoding { kLearned, kRope, kNone };
 enum class NormPlacement { kPre, kPost, kNone };
 enum class NormType { kLayerNorm, kRmsNorm };
-enum class ResidualScale { kOne, kInvSqrt2L, kReZero };
+enum class ResidualScale { kOne, kInvSqrt2L, kReZero, kDeepNorm };
+enum class AttentionType { kSoftmax, kLinear, kSparse };
 
 struct ModelConfig {
   // Shape.
@@ -54,6 +77,7 @@ struct ModelConfig {
   NormType norm_type = NormType::kLayerNorm;
   float norm_eps = 1e-5f;
   ResidualScale residual_scale = ResidualScale::kOne;
+  bool causal = true;  // false: bidirectional attention (experiments; no KV cache)
   // Attention.
   SoftmaxKind softmax = SoftmaxKind::kStandard;
   float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(max_positions())
@@ -62,6 +86,8 @@ struct ModelConfig {
   bool sink_token = false;
   int64_t attention_window = -1;  // causal sliding window (keys i-w..i, plus the sink token
                                   // if any); -1: full causal
+  AttentionType attention_type = AttentionType::kSoftmax;
+  int64_t attention_global = 0;  // sparse: global tokens (the first positions); 0: none
   // Initialisation.
   float init_std = 0.02f;
   bool scale_residual_init = true;  // GPT-2: output projections get std / sqrt(2 n_layer)
@@ -73,6 +99,10 @@ struct ModelConfig {
   // Sequence length the transformer sees: context + 1 with a sink token.
   int64_t max_positions() const { return context + (sink_token ? 1 : 0); }
   float effective_sigmoid_bias() const;
+  // DeepNorm's constants (1 for every other residual_scale): the skip multiplier alpha and the
+  // init multiplier beta.
+  float deepnorm_alpha() const;
+  float deepnorm_beta() const;
 };
 
 // Checks every field; the message names the field and the allowed range.

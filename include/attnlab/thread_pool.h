@@ -44,7 +44,10 @@ class ThreadPool {
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
   std::atomic<int> active_{0};
-  uint64_t generation_ = 0;
+  // Incremented (under mu_, after fn_ and num_tasks_ are set) to start a region; workers spin on
+  // it briefly before blocking on wake_. kStopGeneration tells them to exit.
+  static constexpr uint64_t kStopGeneration = ~uint64_t{0};
+  std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
   std::atomic<bool> in_parallel_{false};
 };

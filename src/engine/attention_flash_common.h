@@ -71,7 +71,7 @@ inline FlashForwardScratchSizes FlashForwardScratch(const AttentionShape& s, con
   return z;
 }
 
-// The keys any row in [i0, i0 + rows) may see: [0, sink_end) U [lo, hi].
+// The keys any row in [i0, i0 + rows) may see: [0, sink_end) U [lo, hi] (a superset).
 struct KeySpan {
   int64_t sink_end, lo, hi;
   bool Intersects(int64_t k0, int64_t nk) const {
@@ -79,26 +79,50 @@ struct KeySpan {
   }
 };
 
+// Calls f(first_row, rows) for the part of [i0, i0 + rows) made of global rows and for the part
+// made of the other rows (attention_mask.h: within each part lo, hi and sink_end are
+// non-decreasing, so a part is summarised by its first and last row).
+template <typename F>
+inline void ForEachMonotoneRun(const AttentionMask& m, int64_t len_q, int64_t len_k, int64_t i0,
+                               int64_t rows, F f) {
+  const int64_t split = std::clamp(FirstLocalRow(m, len_q, len_k), i0, i0 + rows);
+  if (split > i0) f(i0, split - i0);
+  if (i0 + rows > split) f(split, i0 + rows - split);
+}
+
 inline KeySpan ChunkKeySpan(const AttentionMask& m, int64_t len_q, int64_t len_k, int64_t i0,
                             int64_t rows) {
-  const RowRange first = RowVisibleRange(m, len_q, len_k, i0);
-  const RowRange last = RowVisibleRange(m, len_q, len_k, i0 + rows - 1);
-  return KeySpan{last.sink_end, first.lo, last.hi};
+  KeySpan span{0, std::numeric_limits<int64_t>::max(), -1};
+  ForEachMonotoneRun(m, len_q, len_k, i0, rows, [&](int64_t r0, int64_t n) {
+    const RowRange first = RowVisibleRange(m, len_q, len_k, r0);
+    const RowRange last = RowVisibleRange(m, len_q, len_k, r0 + n - 1);
+    span.sink_end = std::max(span.sink_end, last.sink_end);
+    span.lo = std::min(span.lo, first.lo);
+    span.hi = std::max(span.hi, last.hi);
+  });
+  return span;
 }
 
 enum class BlockClass { kEmpty, kFull, kPartial };
 
-// Classifies rows [i0, i0 + nr) x keys [k0, k0 + nk) using monotonicity of lo, hi and sink_end
-// in the row index. kFull needs nk == kBlockK (padding columns must be masked).
+// Classifies rows [i0, i0 + nr) x keys [k0, k0 + nk) from the first and last row of each
+// monotone run (global rows, other rows). kFull needs nk == kBlockK (padding columns must be
+// masked).
 inline BlockClass ClassifyBlock(const AttentionMask& m, int64_t len_q, int64_t len_k, int64_t i0,
                                 int64_t nr, int64_t k0, int64_t nk) {
-  const RowRange first = RowVisibleRange(m, len_q, len_k, i0);
-  const RowRange last = RowVisibleRange(m, len_q, len_k, i0 + nr - 1);
   const int64_t k1 = k0 + nk - 1;
-  if (k0 >= last.sink_end && (last.hi < k0 || first.lo > k1)) return BlockClass::kEmpty;
-  if (nk == kBlockK && !m.explicit_mask && !(m.mask_first_key && k0 == 0)) {
-    if ((last.lo <= k0 && first.hi >= k1) || k1 < first.sink_end) return BlockClass::kFull;
-  }
+  bool all_empty = true, all_full = true;
+  ForEachMonotoneRun(m, len_q, len_k, i0, nr, [&](int64_t r0, int64_t n) {
+    const RowRange first = RowVisibleRange(m, len_q, len_k, r0);
+    const RowRange last = RowVisibleRange(m, len_q, len_k, r0 + n - 1);
+    const bool empty = k0 >= last.sink_end && (last.hi < k0 || first.lo > k1);
+    const bool full = nk == kBlockK && !m.explicit_mask && !(m.mask_first_key && k0 == 0) &&
+                      ((last.lo <= k0 && first.hi >= k1) || k1 < first.sink_end);
+    all_empty = all_empty && empty;
+    all_full = all_full && full;
+  });
+  if (all_empty) return BlockClass::kEmpty;
+  if (all_full) return BlockClass::kFull;
   return BlockClass::kPartial;
 }
 

@@ -149,7 +149,7 @@ TEST(AttentionFlash, EveryMaskAndVariantCombination) {
   int count = 0;
   for (int causal = 0; causal < 2; ++causal)
   for (int window = 0; window < 3; ++window)
-  for (int64_t n_sink : {0, 2})
+  for (int prefix = 0; prefix < 3; ++prefix)  // none, 2 sinks, 20 global tokens (4 rows)
   for (int first = 0; first < 2; ++first)
   for (int expl = 0; expl < 2; ++expl)
   for (int variant = 0; variant < 4; ++variant)
@@ -160,7 +160,8 @@ TEST(AttentionFlash, EveryMaskAndVariantCombination) {
     m.causal = causal;
     if (window == 1) m.window_left = 30;
     if (window == 2) m.window_left = 30, m.window_right = causal ? -1 : 5;
-    m.n_sink = n_sink;
+    m.n_sink = prefix == 1 ? 2 : 0;
+    m.n_global = prefix == 2 ? 20 : 0;  // p(i) = i + 16: rows 0-3 and keys 0-19 are global
     m.mask_first_key = first;
     c.params.softmax = static_cast<SoftmaxKind>(variant);
     if (expl) testing::AddRandomExplicitMask(rng, c);

@@ -116,6 +116,7 @@ struct AttentionCase {
     os << "B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Lq=" << s.len_q
        << " Lk=" << s.len_k << " D=" << s.head_dim << " causal=" << m.causal << " window=("
        << m.window_left << "," << m.window_right << ") n_sink=" << m.n_sink
+       << " n_global=" << m.n_global
        << " mask_first=" << m.mask_first_key << " explicit=" << m.explicit_mask.has_value()
        << " softmax=" << static_cast<int>(params.softmax) << " logit_scale=" << logit_scale
        << " layout=" << static_cast<int>(q.layout);
@@ -197,6 +198,11 @@ inline void MakeRandomCase(std::mt19937_64& rng, AttentionCase& c, double max_wo
     m.window_right = Pick(rng, {0, 5});
   }
   if (u01(rng) < 0.3) m.n_sink = Pick(rng, {1, 4, 64});
+  // Global tokens (Longformer): mostly with a window, where they matter; counts around the
+  // 64-key block and the query chunk boundaries.
+  if (u01(rng) < (m.window_left >= 0 || m.window_right >= 0 ? 0.5 : 0.15)) {
+    m.n_global = Pick(rng, {1, 2, 7, 63, 64, 65, 100});
+  }
   m.mask_first_key = u01(rng) < 0.2;
   if (u01(rng) < 0.15) AddRandomExplicitMask(rng, c);
   const double v = u01(rng);

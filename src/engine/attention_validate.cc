@@ -114,6 +114,10 @@ Status ValidateShapeAndParams(const AttentionShape& s, const AttentionParams& p)
                                    Str(m.window_left) + ", " + Str(m.window_right) + ")");
   }
   if (m.n_sink < 0) return Status::InvalidArgument("n_sink must be >= 0, got " + Str(m.n_sink));
+  if (m.n_global < 0) {
+    return Status::InvalidArgument("n_global must be >= 0 (0: no global tokens), got " +
+                                   Str(m.n_global));
+  }
   if (m.explicit_mask) {
     const ExplicitMask& e = *m.explicit_mask;
     if (e.data == nullptr) return Status::InvalidArgument("explicit mask is a null pointer");

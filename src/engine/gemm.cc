@@ -16,6 +16,12 @@ namespace {
 void SgemmTile(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // C = beta C (oneDNN rejects K = 0); beta = 0 overwrites, as BLAS does
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    }
+    return;
+  }
   const int saved = omp_get_max_threads();
   if (saved != 1) omp_set_num_threads(1);
   const dnnl_status_t st =

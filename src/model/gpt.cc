@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnlab/attention.h"
+#include "attnlab/linear_attention.h"
 #include "attnlab/thread_pool.h"
 #include "engine/gemm.h"
 #include "engine/ops.h"
@@ -136,6 +137,9 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   const ModelConfig& c = config_;
   if (B < 1 || T < 1) return Status::InvalidArgument("forward needs at least one token");
   if (cache && B != 1) return Status::InvalidArgument("a KV-cache forward takes one sequence");
+  if (cache && !c.causal) {
+    return Status::InvalidArgument("a bidirectional model (causal = false) cannot use a KV cache");
+  }
   if (!cache && T > c.context) {
     return Status::InvalidArgument("sequence of " + std::to_string(T) +
                                    " tokens exceeds the model's context of " +
@@ -151,6 +155,22 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       return Status::InvalidArgument("target " + std::to_string(targets[i]) +
                                      " is outside the vocabulary");
     }
+  }
+  // Linear attention decodes from its running state (LinearAttentionCache), not from keys.
+  const bool linear = c.attention_type == AttentionType::kLinear;
+  LinearAttentionCache* state_cache = nullptr;
+  if (cache && linear) {
+    state_cache = dynamic_cast<LinearAttentionCache*>(cache);
+    if (!state_cache) {
+      return Status::InvalidArgument(
+          "a linear-attention model decodes with a LinearAttentionCache (its running state), "
+          "not a key/value cache; make it with MakeKvCache(config)");
+    }
+  }
+  if (observer_ && linear) {
+    return Status::InvalidArgument(
+        "forward observers (attnlab analyze) measure softmax attention's probabilities; a "
+        "linear-attention model has none to observe");
   }
   const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0, Tm = T + off;
   EnsureActivations(B, Tm);
@@ -202,10 +222,11 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   });
 
   AttentionParams ap;
-  ap.mask.causal = true;
+  ap.mask.causal = c.causal;
   ap.mask.mask_first_key = c.mask_first_key;
   if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
   ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
+  if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
   ap.softmax = c.softmax;
   ap.sigmoid_bias = c.effective_sigmoid_bias();
   ap.pool = &tp;
@@ -221,6 +242,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   };
   const float fixed_scale =
       c.residual_scale == ResidualScale::kInvSqrt2L ? 1.0f / std::sqrt(2.0f * L) : 1.0f;
+  const float skip = c.deepnorm_alpha();  // DeepNorm's alpha on the skip path, else 1
 
   for (int64_t l = 0; l < L; ++l) {
     const LayerParams& lp = P.layers[l];
@@ -241,18 +263,32 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
     AttentionTensor k_all = Const(views.k), v_all = Const(views.v);
     AttentionShape shape{B, H, Hkv, Tm, Tm, hd};
-    if (cache) {  // the cache rotates (or not) and stores the new keys; attend to all it holds
+    if (cache && !linear) {  // the cache rotates (or not) and stores the new keys; attend to
+                             // all it holds
       ATTNLAB_RETURN_IF_ERROR(cache->Update(l, views.k.data, views.v.data, Q, rope_.get(), &k_all,
                                             &v_all, &shape.len_k));
     } else if (rope_) {
       ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.k, B, Hkv, Tm, positions_));
     }
     float* att = a.att.data() + l * N * C;
-    float* lse = a.lse.data() + l * N * H;
-    if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
-    ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(shape, ap, Const(views.q), k_all, v_all,
-                                                  TokenMajorView(att, B, H, Tm, hd),
-                                                  std::span<float>(lse, N * H)));
+    float* lse = a.lse.data() + l * N * H;  // linear attention: its denominators
+    if (linear) {
+      // O_i = sum_{j <= i} phi(q_i).phi(k_j) v_j / (sum_j phi(q_i).phi(k_j) + eps), continuing
+      // the cache's state when decoding (updated in place); one token runs the recurrence.
+      LinearAttentionParams lap;
+      lap.pool = &tp;
+      const std::span<float> state = state_cache ? state_cache->State(l) : std::span<float>();
+      const auto kernel =
+          state_cache && Tm == 1 ? LinearAttentionForwardRecurrent : LinearAttentionForwardChunked;
+      ATTNLAB_RETURN_IF_ERROR(kernel(shape, lap, Const(views.q), k_all, v_all,
+                                     TokenMajorView(att, B, H, Tm, hd),
+                                     std::span<float>(lse, N * H), state, state));
+    } else {
+      if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
+      ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(shape, ap, Const(views.q), k_all, v_all,
+                                                    TokenMajorView(att, B, H, Tm, hd),
+                                                    std::span<float>(lse, N * H)));
+    }
     const float* attg = att;
     if (c.output_gate) {
       // g = sigmoid(a_in W_g + b_g) per (token, head); attg[n, h, :] = g[n, h] * att[n, h, :].
@@ -270,12 +306,12 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     }
     float* o = a.o.data() + l * N * C;
     LinearForward(N, C, C, attg, lp.proj_w, lp.proj_b, o, &tp);
-    // s = x + alpha o (residual) or o; post-LN: mid = LN1(s), else mid = s.
+    // s = skip x + alpha o (residual) or o; post-LN: mid = LN1(s), else mid = s.
     const float alpha1 = lp.rezero ? lp.rezero[0] : fixed_scale;
     float* s1 = post ? a.sum1.data() + l * N * C : mid;
     tp.ParallelFor(N, [&](int64_t n, int) {
       for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-        s1[i] = c.residual ? x[i] + alpha1 * o[i] : o[i];
+        s1[i] = c.residual ? skip * x[i] + alpha1 * o[i] : o[i];
       }
     });
     if (post) norm_forward(s1, lp.ln1_w, lp.ln1_b, mid, ln1_mean, ln1_rstd);
@@ -301,7 +337,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       float* s2 = post ? a.sum2.data() + l * N * C : out;
       tp.ParallelFor(N, [&](int64_t n, int) {
         for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-          s2[i] = c.residual ? mid[i] + alpha2 * m[i] : m[i];
+          s2[i] = c.residual ? skip * mid[i] + alpha2 * m[i] : m[i];
         }
       });
       if (post) norm_forward(s2, lp.ln2_w, lp.ln2_b, out, ln2_mean, ln2_rstd);
@@ -341,7 +377,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
 // ------------------------------------------------------------------------------------------------
 // Backward
 // ------------------------------------------------------------------------------------------------
-Status Gpt::Backward(float grad_scale) {
+Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
   if (!has_targets_) {
     return Status::InvalidArgument("Backward needs a Forward with targets and without a KV cache");
   }
@@ -366,14 +402,25 @@ Status Gpt::Backward(float grad_scale) {
   auto zero = [](AlignedBuffer<float>& b, int64_t n) { std::fill(b.data(), b.data() + n, 0.0f); };
   const float fixed_scale =
       c.residual_scale == ResidualScale::kInvSqrt2L ? 1.0f / std::sqrt(2.0f * L) : 1.0f;
+  const float skip = c.deepnorm_alpha();
+  // Auxiliary-loss gradients on intermediate activations, scaled like the loss' own.
+  auto add_aux = [&](const float* g, float* d) {
+    tp.ParallelFor(N, [&](int64_t n, int) {
+      for (int64_t i = n * C; i < (n + 1) * C; ++i) d[i] += grad_scale * g[i];
+    });
+  };
 
   // Loss: mean over counted rows; in the forward pass this was loss = mean_n -log p[n, t_n].
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += targets_[n] >= 0;
-  if (count == 0) return Status::Ok();
+  if (count == 0 && !(aux && (aux->residual || aux->attention))) return Status::Ok();
   float* dlogits = logits_.data();  // probabilities -> dlogits in place
-  internal::SoftmaxCrossEntropyBackward(N, V, dlogits, targets_.data(), grad_scale / count,
-                                        dlogits, &tp);
+  if (count == 0) {
+    std::fill(dlogits, dlogits + N * V, 0.0f);
+  } else {
+    internal::SoftmaxCrossEntropyBackward(N, V, dlogits, targets_.data(), grad_scale / count,
+                                          dlogits, &tp);
+  }
   // logits = xf W^T: dxf = dlogits W, dW += dlogits^T xf.
   const float* xf = pre ? a.lnf.data() : a.res.data() + L * N * C;
   float* dxf = pre ? d_tmp_.data() : d_res_.data();
@@ -386,12 +433,14 @@ Status Gpt::Backward(float grad_scale) {
     norm_backward(dxf, a.res.data() + L * N * C, P.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(),
                   d_res_.data(), G.lnf_w, G.lnf_b);
   }
+  if (aux && aux->residual) add_aux(aux->residual + L * N * C, d_res_.data());
 
   AttentionParams ap;
-  ap.mask.causal = true;
+  ap.mask.causal = c.causal;
   ap.mask.mask_first_key = c.mask_first_key;
   if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
   ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
+  if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
   ap.softmax = c.softmax;
   ap.sigmoid_bias = c.effective_sigmoid_bias();
   ap.pool = &tp;
@@ -413,7 +462,7 @@ Status Gpt::Backward(float grad_scale) {
                       a.ln2_rstd.data() + l * N, d_tmp_.data(), lg.ln2_w, lg.ln2_b);
         ds2 = d_tmp_.data();
       }
-      // s2 = mid + alpha2 m (or m): d_mid = d_s2 (residual), d_m = alpha2 d_s2.
+      // s2 = skip mid + alpha2 m (or m): d_mid = skip d_s2 (residual), d_m = alpha2 d_s2.
       const float* m = a.m.data() + l * N * C;
       const float alpha2 = lp.rezero ? lp.rezero[1] : fixed_scale;
       if (lg.rezero && c.residual) lg.rezero[1] += static_cast<float>(Dot(N * C, ds2, m, tp));
@@ -421,7 +470,7 @@ Status Gpt::Backward(float grad_scale) {
       tp.ParallelFor(N, [&](int64_t n, int) {
         for (int64_t i = n * C; i < (n + 1) * C; ++i) {
           dm[i] = c.residual ? alpha2 * ds2[i] : ds2[i];
-          d_mid_[i] = c.residual ? ds2[i] : 0.0f;
+          d_mid_[i] = c.residual ? skip * ds2[i] : 0.0f;
         }
       });
       // m = gelu(h) W_proj + b: d_gelu = dm W_proj^T; then h = m_in W_fc + b.
@@ -452,7 +501,7 @@ Status Gpt::Backward(float grad_scale) {
                     a.ln1_rstd.data() + l * N, d_tmp_.data(), lg.ln1_w, lg.ln1_b);
       ds1 = d_tmp_.data();
     }
-    // s1 = x + alpha1 o (or o): dx = d_s1 (residual), d_o = alpha1 d_s1.
+    // s1 = skip x + alpha1 o (or o): dx = skip d_s1 (residual), d_o = alpha1 d_s1.
     const float* o = a.o.data() + l * N * C;
     const float alpha1 = lp.rezero ? lp.rezero[0] : fixed_scale;
     if (lg.rezero && c.residual) lg.rezero[0] += static_cast<float>(Dot(N * C, ds1, o, tp));
@@ -462,7 +511,7 @@ Status Gpt::Backward(float grad_scale) {
       for (int64_t i = n * C; i < (n + 1) * C; ++i) {
         const float v = ds1[i];  // read before dx (d_res_) is overwritten: ds1 may be d_mid_
         d_o[i] = c.residual ? alpha1 * v : v;
-        dx[i] = c.residual ? v : 0.0f;
+        dx[i] = c.residual ? skip * v : 0.0f;
       }
     });
     // o = attg W_proj + b.
@@ -494,17 +543,29 @@ Status Gpt::Backward(float grad_scale) {
       });
       LinearBackward(N, C, H, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
     }
+    if (aux && aux->attention) add_aux(aux->attention + l * N * C, d_att);
     // Attention core: dq, dk, dv into d_qkv_ (same interleaved layout as qkv).
     float* qkv = a.qkv.data() + l * N * Q;
     QkvViews views = MakeQkvViews(qkv, B, Tm, H, Hkv, hd);
     QkvViews dviews = MakeQkvViews(d_qkv_.data(), B, Tm, H, Hkv, hd);
-    if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
-    ATTNLAB_RETURN_IF_ERROR(AttentionBackwardFlash(
-        shape, ap, Const(views.q), Const(views.k), Const(views.v),
-        TokenMajorView<const float>(att, B, H, Tm, hd),
-        std::span<const float>(a.lse.data() + l * N * H, N * H),
-        TokenMajorView<const float>(d_att, B, H, Tm, hd), dviews.q, dviews.k, dviews.v,
-        lp.sink ? std::span<float>(d_sink_.data(), H) : std::span<float>()));
+    if (c.attention_type == AttentionType::kLinear) {
+      // In the forward pass this was the chunked linear attention; lse holds its denominators.
+      LinearAttentionParams lap;
+      lap.pool = &tp;
+      ATTNLAB_RETURN_IF_ERROR(LinearAttentionBackwardChunked(
+          shape, lap, Const(views.q), Const(views.k), Const(views.v),
+          TokenMajorView<const float>(att, B, H, Tm, hd),
+          std::span<const float>(a.lse.data() + l * N * H, N * H),
+          TokenMajorView<const float>(d_att, B, H, Tm, hd), dviews.q, dviews.k, dviews.v));
+    } else {
+      if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
+      ATTNLAB_RETURN_IF_ERROR(AttentionBackwardFlash(
+          shape, ap, Const(views.q), Const(views.k), Const(views.v),
+          TokenMajorView<const float>(att, B, H, Tm, hd),
+          std::span<const float>(a.lse.data() + l * N * H, N * H),
+          TokenMajorView<const float>(d_att, B, H, Tm, hd), dviews.q, dviews.k, dviews.v,
+          lp.sink ? std::span<float>(d_sink_.data(), H) : std::span<float>()));
+    }
     if (lg.sink) {
       for (int64_t h = 0; h < H; ++h) lg.sink[h] += d_sink_[h];
     }
@@ -522,6 +583,7 @@ Status Gpt::Backward(float grad_scale) {
         for (int64_t i = n * C; i < (n + 1) * C; ++i) dx[i] += d_ain[i];
       });
     }
+    if (aux && aux->residual) add_aux(aux->residual + l * N * C, dx);  // dA/d residual(l)
   }
 
   // Embedding: x0 = wte[token] + wpe[t]; rows scatter into wte, so reduce per column block with

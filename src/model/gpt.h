@@ -45,6 +45,14 @@ class ForwardObserver {
   virtual void OnLayer(const LayerTensors& t) = 0;
 };
 
+// Gradients of an auxiliary loss A on intermediate activations of the last Forward (e.g. the
+// head-diversity and contrastive losses of train/auxiliary_losses.h), which Backward adds, times
+// its grad_scale, where the chain rule meets those activations. Null members: none.
+struct AuxiliaryGradients {
+  const float* residual = nullptr;   // [L + 1, N, C] dA/d residual(l), l = 0 .. L
+  const float* attention = nullptr;  // [L, N, C] dA/d attention_output(l)
+};
+
 class Gpt {
  public:
   // Allocates parameters (zero) and gradients for a validated config.
@@ -66,12 +74,15 @@ class Gpt {
   // With a cache (inference: B must be 1), the T tokens are appended to the cache and attend to
   // everything it holds; positions come from the cache. The dedicated sink token, if any, is
   // prepended only when the cache is empty. Backward is not available after a cached Forward.
+  // A linear-attention model (attention_type linear) decodes with a LinearAttentionCache, its
+  // running state (MakeKvCache(config) picks the right cache for any model).
   Status Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                  double* loss, KvCache* cache = nullptr);
 
   // Gradients of the mean loss of the last Forward (which must have had targets), ADDED to
-  // grads() scaled by grad_scale (e.g. 1 / micro-batches).
-  Status Backward(float grad_scale = 1.0f);
+  // grads() scaled by grad_scale (e.g. 1 / micro-batches). With aux, the gradients of the total
+  // loss + A (see AuxiliaryGradients).
+  Status Backward(float grad_scale = 1.0f, const AuxiliaryGradients* aux = nullptr);
 
   // After Forward: [B, Tm, V] raw logits (without targets) or probabilities (with targets).
   const float* logits() const { return logits_.data(); }
@@ -79,6 +90,10 @@ class Gpt {
   int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
   // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
   const float* residual(int64_t l) const { return acts_.res.data() + l * N_ * config_.d_model; }
+  // Per-head attention outputs of layer l ([N, H, hd] = [N, C], before the output gate).
+  const float* attention_output(int64_t l) const {
+    return acts_.att.data() + l * N_ * config_.d_model;
+  }
 
  private:
   explicit Gpt(const ModelConfig& config);

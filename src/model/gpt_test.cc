@@ -32,6 +32,11 @@ std::vector<Variant> Variants() {
       {"rmsnorm", [](ModelConfig& c) { c.norm_type = NormType::kRmsNorm; }},
       {"inv_sqrt_2l", [](ModelConfig& c) { c.residual_scale = ResidualScale::kInvSqrt2L; }},
       {"rezero", [](ModelConfig& c) { c.residual_scale = ResidualScale::kReZero; }},
+      {"deepnorm",
+       [](ModelConfig& c) { c.norm = NormPlacement::kPost, c.residual_scale = ResidualScale::kDeepNorm; }},
+      {"bidirectional", [](ModelConfig& c) { c.causal = false; }},
+      {"bidirectional_no_norm_no_mlp",
+       [](ModelConfig& c) { c.causal = false, c.norm = NormPlacement::kNone, c.mlp = false; }},
       {"no_mlp", [](ModelConfig& c) { c.mlp = false; }},
       {"no_residual", [](ModelConfig& c) { c.residual = false; }},
       {"softmax1", [](ModelConfig& c) { c.softmax = SoftmaxKind::kSoftmax1; }},
@@ -44,6 +49,26 @@ std::vector<Variant> Variants() {
        [](ModelConfig& c) { c.sink_token = true, c.position = PositionEncoding::kLearned; }},
       {"gqa", [](ModelConfig& c) { c.n_kv_head = 2; }},
       {"window", [](ModelConfig& c) { c.attention_window = 3; }},
+      // Linear attention (phi = elu + 1): chunked forward/backward, recurrent decode.
+      {"linear", [](ModelConfig& c) { c.attention_type = AttentionType::kLinear; }},
+      {"linear_gqa_learned_gate",
+       [](ModelConfig& c) {
+         c.attention_type = AttentionType::kLinear, c.n_kv_head = 2;
+         c.position = PositionEncoding::kLearned, c.output_gate = true;
+       }},
+      // Local + global (Longformer): window 2 plus 2 global tokens; and with GQA, a sink token
+      // (position 0, also global) and softmax1.
+      {"sparse",
+       [](ModelConfig& c) {
+         c.attention_type = AttentionType::kSparse, c.attention_window = 2;
+         c.attention_global = 2;
+       }},
+      {"sparse_gqa_sink_token_softmax1",
+       [](ModelConfig& c) {
+         c.attention_type = AttentionType::kSparse, c.attention_window = 1;
+         c.attention_global = 3, c.n_kv_head = 1, c.sink_token = true;
+         c.softmax = SoftmaxKind::kSoftmax1;
+       }},
       {"untied_no_bias", [](ModelConfig& c) { c.tie_embeddings = false, c.bias = false; }},
   };
 }
@@ -124,6 +149,7 @@ TEST(Gpt, KvCacheDecodeMatchesFullForward) {
     ModelConfig c = SmallConfig();
     c.init_std = 0.1f;
     var.apply(c);
+    if (!c.causal) continue;  // a bidirectional model has no KV cache (next test)
     auto full_or = Gpt::Create(c);
     ASSERT_TRUE(full_or.ok());
     Gpt& g = *full_or.value();
@@ -136,13 +162,14 @@ TEST(Gpt, KvCacheDecodeMatchesFullForward) {
     ASSERT_TRUE(g.Forward(tokens.data(), nullptr, 1, T, nullptr).ok());
     const int64_t V = c.vocab_size, off = c.sink_token ? 1 : 0;
     std::vector<float> full(g.logits() + off * V, g.logits() + (T + off) * V);
-    DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
+    // DenseKvCache, or linear attention's running state (LinearAttentionCache).
+    std::unique_ptr<KvCache> cache = MakeKvCache(c);
     std::vector<float> inc;
     const int64_t prefill = 4;
-    ASSERT_TRUE(g.Forward(tokens.data(), nullptr, 1, prefill, nullptr, &cache).ok());
+    ASSERT_TRUE(g.Forward(tokens.data(), nullptr, 1, prefill, nullptr, cache.get()).ok());
     inc.insert(inc.end(), g.logits() + off * V, g.logits() + (prefill + off) * V);
     for (int64_t t = prefill; t < T; ++t) {
-      ASSERT_TRUE(g.Forward(tokens.data() + t, nullptr, 1, 1, nullptr, &cache).ok());
+      ASSERT_TRUE(g.Forward(tokens.data() + t, nullptr, 1, 1, nullptr, cache.get()).ok());
       inc.insert(inc.end(), g.logits(), g.logits() + V);
     }
     ASSERT_EQ(inc.size(), full.size());
@@ -153,6 +180,121 @@ TEST(Gpt, KvCacheDecodeMatchesFullForward) {
     }
     EXPECT_LE(max_err, 1e-5 * max_abs) << "max |logit| " << max_abs;
   }
+}
+
+TEST(Gpt, BidirectionalAndDeepNormConstraints) {
+  ModelConfig c = SmallConfig();
+  c.causal = false;
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  std::vector<int32_t> tokens(4, 1);
+  DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
+  EXPECT_FALSE(g.value()->Forward(tokens.data(), nullptr, 1, 4, nullptr, &cache).ok());
+  // Bidirectional: the first position sees the last token, so changing it changes row 0.
+  g.value()->params().Initialize(c, 2);
+  ASSERT_TRUE(g.value()->Forward(tokens.data(), nullptr, 1, 4, nullptr).ok());
+  const float before = g.value()->logits()[0];
+  tokens[3] = 5;
+  ASSERT_TRUE(g.value()->Forward(tokens.data(), nullptr, 1, 4, nullptr).ok());
+  EXPECT_NE(before, g.value()->logits()[0]);
+  c.attention_window = 2;
+  EXPECT_FALSE(Gpt::Create(c).ok());
+  ModelConfig d = SmallConfig();
+  d.residual_scale = ResidualScale::kDeepNorm;  // pre-LN: rejected
+  EXPECT_FALSE(Gpt::Create(d).ok());
+  d.norm = NormPlacement::kPost;
+  EXPECT_TRUE(Gpt::Create(d).ok());
+  EXPECT_FLOAT_EQ(d.deepnorm_alpha(), std::pow(4.0f, 0.25f));   // (2 L)^(1/4), L = 2
+  EXPECT_FLOAT_EQ(d.deepnorm_beta(), std::pow(16.0f, -0.25f));  // (8 L)^(-1/4)
+}
+
+// DeepNorm's init: q, k columns at init_std, v columns and the output / MLP projections at
+// init_std * beta (and not also scaled by GPT-2's 1 / sqrt(2 L)).
+TEST(Gpt, DeepNormInitialisation) {
+  ModelConfig c = SmallConfig();
+  c.d_model = 64, c.n_head = 4, c.mlp_hidden = 128, c.n_layer = 8, c.init_std = 0.1f;
+  c.norm = NormPlacement::kPost;
+  c.residual_scale = ResidualScale::kDeepNorm;
+  ParameterStore p(c);
+  p.Initialize(c, 7);
+  auto std_of = [](const float* x, int64_t n, int64_t stride, int64_t cols, int64_t col0) {
+    double s = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = col0; j < col0 + cols; ++j, ++k) s += double(x[i * stride + j]) * x[i * stride + j];
+    }
+    return std::sqrt(s / k);
+  };
+  const double beta = c.deepnorm_beta();
+  const float* qkv = p.Slice(*p.Find("h.3.attn.qkv.weight"));
+  EXPECT_NEAR(std_of(qkv, 64, 192, 128, 0), 0.1, 0.005);         // q | k
+  EXPECT_NEAR(std_of(qkv, 64, 192, 64, 128), 0.1 * beta, 0.005 * beta);  // v
+  const float* proj = p.Slice(*p.Find("h.3.attn.proj.weight"));
+  EXPECT_NEAR(std_of(proj, 64, 64, 64, 0), 0.1 * beta, 0.005 * beta);
+  const float* fc = p.Slice(*p.Find("h.3.mlp.fc.weight"));
+  EXPECT_NEAR(std_of(fc, 64, 128, 128, 0), 0.1 * beta, 0.005 * beta);
+  const float* fcp = p.Slice(*p.Find("h.3.mlp.proj.weight"));
+  EXPECT_NEAR(std_of(fcp, 128, 64, 64, 0), 0.1 * beta, 0.005 * beta);
+}
+
+// attention_type: combinations without a meaning are refused with a message naming the option;
+// each model refuses the other kind of cache; linear attention's cache does not grow.
+TEST(Gpt, AttentionTypesRejectMeaninglessCombinationsAndPickTheirCache) {
+  auto rejects = [](const std::function<void(ModelConfig&)>& f, const std::string& needle) {
+    ModelConfig c = SmallConfig();
+    f(c);
+    const Status st = ValidateModelConfig(c);
+    EXPECT_FALSE(st.ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  const auto linear = [](ModelConfig& c) { c.attention_type = AttentionType::kLinear; };
+  rejects([&](ModelConfig& c) { linear(c), c.softmax = SoftmaxKind::kSinkLogit; }, "softmax");
+  rejects([&](ModelConfig& c) { linear(c), c.softmax = SoftmaxKind::kSigmoid; }, "softmax");
+  rejects([&](ModelConfig& c) { linear(c), c.mask_first_key = true; }, "mask_first_key");
+  rejects([&](ModelConfig& c) { linear(c), c.sink_token = true; }, "sink_token");
+  rejects([&](ModelConfig& c) { linear(c), c.attention_window = 4; }, "attention_window");
+  rejects([&](ModelConfig& c) { linear(c), c.causal = false; }, "causal");
+  rejects([](ModelConfig& c) { c.attention_global = 2; }, "attention_type = sparse");
+  rejects([](ModelConfig& c) { c.attention_type = AttentionType::kSparse; }, "attention_window");
+  rejects([](ModelConfig& c) {
+    c.attention_type = AttentionType::kSparse, c.attention_window = 2, c.attention_global = -1;
+  }, "attention_global");
+  // JSON round trip of the new keys.
+  ModelConfig sparse = SmallConfig();
+  sparse.attention_type = AttentionType::kSparse, sparse.attention_window = 3;
+  sparse.attention_global = 2;
+  auto parsed = ModelConfigFromJson(ModelConfigToJson(sparse));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed.value().attention_type, AttentionType::kSparse);
+  EXPECT_EQ(parsed.value().attention_global, 2);
+  EXPECT_FALSE(ModelConfigFromJson(R"({"attention_type": "performer"})").ok());
+
+  // Caches: a linear model gets (and needs) its state; a softmax model refuses the state.
+  ModelConfig lc = SmallConfig();
+  linear(lc);
+  auto lin = Gpt::Create(lc);
+  ASSERT_TRUE(lin.ok());
+  lin.value()->params().Initialize(lc, 4);
+  std::vector<int32_t> tokens(40, 3);
+  DenseKvCache dense(lc.n_layer, lc.kv_heads(), lc.head_dim());
+  const Status wrong = lin.value()->Forward(tokens.data(), nullptr, 1, 4, nullptr, &dense);
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.message().find("LinearAttentionCache"), std::string::npos) << wrong.message();
+  std::unique_ptr<KvCache> state = MakeKvCache(lc);
+  ASSERT_NE(dynamic_cast<LinearAttentionCache*>(state.get()), nullptr);
+  const int64_t bytes = state->bytes();
+  // Decoding past the training context: linear attention has no window to run out of.
+  for (int64_t t = 0; t < 40; ++t) {
+    ASSERT_TRUE(lin.value()->Forward(tokens.data() + t, nullptr, 1, 1, nullptr, state.get()).ok());
+  }
+  EXPECT_EQ(state->size(), 40);
+  EXPECT_EQ(state->bytes(), bytes);
+  EXPECT_EQ(bytes, lc.n_layer * lc.kv_heads() * lc.head_dim() * (lc.head_dim() + 1) * 4);
+  auto soft = Gpt::Create(SmallConfig());
+  ASSERT_TRUE(soft.ok());
+  LinearAttentionCache not_keys(lc.n_layer, lc.kv_heads(), lc.head_dim());
+  EXPECT_FALSE(soft.value()->Forward(tokens.data(), nullptr, 1, 4, nullptr, &not_keys).ok());
+  EXPECT_NE(dynamic_cast<DenseKvCache*>(MakeKvCache(SmallConfig()).get()), nullptr);
 }
 
 TEST(Gpt, RejectsBadInput) {

@@ -83,4 +83,48 @@ int64_t DenseKvCache::bytes() const {
   return 2 * n_layer_ * kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(float));
 }
 
+LinearAttentionCache::LinearAttentionCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim)
+    : n_layer_(n_layer),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      states_(n_layer, std::vector<float>(kv_heads * head_dim * (head_dim + 1), 0.0f)) {}
+
+Status LinearAttentionCache::BeginStep(int64_t T, std::vector<int64_t>* positions) {
+  if (T < 1) return Status::InvalidArgument("a cache step needs at least one token");
+  pending_ = T;
+  positions->resize(T);
+  for (int64_t t = 0; t < T; ++t) (*positions)[t] = size_ + t;
+  return Status::Ok();
+}
+
+Status LinearAttentionCache::Update(int64_t, const float*, const float*, int64_t,
+                                    const RopeTable*, AttentionTensor*, AttentionTensor*,
+                                    int64_t*) {
+  return Status::InvalidArgument(
+      "a LinearAttentionCache holds linear attention's running state, not keys and values: it "
+      "serves models with attention_type linear (use DenseKvCache, or MakeKvCache(config), for "
+      "softmax attention)");
+}
+
+void LinearAttentionCache::EndStep() {
+  size_ += pending_;
+  pending_ = 0;
+}
+
+int64_t LinearAttentionCache::bytes() const {
+  return n_layer_ * kv_heads_ * head_dim_ * (head_dim_ + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+void LinearAttentionCache::Clear() {
+  for (auto& s : states_) std::fill(s.begin(), s.end(), 0.0f);
+  size_ = pending_ = 0;
+}
+
+std::unique_ptr<KvCache> MakeKvCache(const ModelConfig& c) {
+  if (c.attention_type == AttentionType::kLinear) {
+    return std::make_unique<LinearAttentionCache>(c.n_layer, c.kv_heads(), c.head_dim());
+  }
+  return std::make_unique<DenseKvCache>(c.n_layer, c.kv_heads(), c.head_dim());
+}
+
 }  // namespace attnlab

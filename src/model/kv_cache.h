@@ -12,9 +12,12 @@
 #define ATTNLAB_MODEL_KV_CACHE_H_
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "attnlab/attention.h"
+#include "attnlab/model_config.h"
 #include "attnlab/rope.h"
 #include "attnlab/status.h"
 #include "core/aligned_buffer.h"
@@ -57,6 +60,35 @@ class DenseKvCache : public KvCache {
   // Per layer: [kv_heads, capacity, head_dim].
   std::vector<AlignedBuffer<float>> k_, v_;
 };
+
+// Linear attention's cache is its running state (linear_attention.h): per layer S' = [S | z],
+// [kv_heads, head_dim, head_dim + 1] floats, the same size after 10 tokens or 10^6. Positions
+// are sequence indices (as DenseKvCache), so RoPE rotates each new key once, before phi, and the
+// model folds it into the state (Gpt::Forward); there are no keys to hand out, so Update, the
+// softmax layers' entry point, is refused.
+class LinearAttentionCache : public KvCache {
+ public:
+  LinearAttentionCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim);
+  int64_t size() const override { return size_; }
+  Status BeginStep(int64_t T, std::vector<int64_t>* positions) override;
+  Status Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                int64_t* len_k) override;
+  void EndStep() override;
+  int64_t bytes() const override;
+  // Layer `layer`'s state, [kv_heads, head_dim, head_dim + 1]; updated in place by the model.
+  std::span<float> State(int64_t layer) { return states_[layer]; }
+  void Clear();
+
+ private:
+  int64_t n_layer_, kv_heads_, head_dim_;
+  int64_t size_ = 0, pending_ = 0;
+  std::vector<std::vector<float>> states_;
+};
+
+// The cache a model decodes with when no streaming policy is asked for: LinearAttentionCache for
+// attention_type linear, DenseKvCache otherwise.
+std::unique_ptr<KvCache> MakeKvCache(const ModelConfig& c);
 
 }  // namespace attnlab
 

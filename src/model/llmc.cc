@@ -97,7 +97,8 @@ Status CheckGpt2Shaped(const ModelConfig& c) {
     return bad("an MLP with hidden size 4 * d_model is required");
   if (!c.tie_embeddings) return bad("embeddings must be tied");
   if (c.softmax != SoftmaxKind::kStandard || c.output_gate || c.mask_first_key ||
-      c.attention_window >= 0 || c.kv_heads() != c.n_head) {
+      c.attention_window >= 0 || c.kv_heads() != c.n_head || !c.causal ||
+      c.attention_type != AttentionType::kSoftmax) {
     return bad("standard full causal multi-head attention is required");
   }
   if (c.residual_scale != ResidualScale::kOne || !c.residual)

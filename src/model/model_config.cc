@@ -1,6 +1,7 @@
 #include "attnlab/model_config.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace attnlab {
@@ -30,11 +31,16 @@ constexpr EnumNames<NormType> kNormTypeNames[] = {{NormType::kLayerNorm, "layern
                                                   {NormType::kRmsNorm, "rmsnorm"}};
 constexpr EnumNames<ResidualScale> kResidualNames[] = {{ResidualScale::kOne, "one"},
                                                        {ResidualScale::kInvSqrt2L, "inv_sqrt_2l"},
-                                                       {ResidualScale::kReZero, "rezero"}};
+                                                       {ResidualScale::kReZero, "rezero"},
+                                                       {ResidualScale::kDeepNorm, "deepnorm"}};
 constexpr EnumNames<SoftmaxKind> kSoftmaxNames[] = {{SoftmaxKind::kStandard, "standard"},
                                                     {SoftmaxKind::kSoftmax1, "softmax1"},
                                                     {SoftmaxKind::kSinkLogit, "sink_logit"},
                                                     {SoftmaxKind::kSigmoid, "sigmoid"}};
+
+constexpr EnumNames<AttentionType> kAttentionTypeNames[] = {{AttentionType::kSoftmax, "softmax"},
+                                                            {AttentionType::kLinear, "linear"},
+                                                            {AttentionType::kSparse, "sparse"}};
 
 template <typename E, size_t N>
 const char* NameOf(const EnumNames<E> (&names)[N], E v) {
@@ -71,7 +77,12 @@ Status ParseInt(const json& j, const char* key, int64_t* out) {
 template <typename F>
 Status ParseFloat(const json& j, const char* key, F* out) {
   if (!j.is_number()) return Status::InvalidArgument(std::string("config key '") + key + "' must be a number");
-  *out = j.get<F>();
+  const double x = j.get<double>();
+  if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<F>::max())) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' = " + j.dump() +
+                                   " is not a finite number");
+  }
+  *out = static_cast<F>(x);
   return Status::Ok();
 }
 
@@ -96,6 +107,68 @@ float ModelConfig::effective_sigmoid_bias() const {
   return sigmoid_bias != 0.0f ? sigmoid_bias : -std::log(static_cast<float>(max_positions()));
 }
 
+// ref: https://arxiv.org/abs/2203.00555, table 1 (decoder-only: alpha = (2M)^(1/4),
+// beta = (8M)^(-1/4), M layers).
+float ModelConfig::deepnorm_alpha() const {
+  if (residual_scale != ResidualScale::kDeepNorm) return 1.0f;
+  return static_cast<float>(std::pow(2.0 * n_layer, 0.25));
+}
+float ModelConfig::deepnorm_beta() const {
+  if (residual_scale != ResidualScale::kDeepNorm) return 1.0f;
+  return static_cast<float>(std::pow(8.0 * n_layer, -0.25));
+}
+
+namespace {
+
+// The attention type against the options that only some types give a meaning to.
+Status ValidateAttentionType(const ModelConfig& c) {
+  if (c.attention_global < 0) {
+    return Status::InvalidArgument("attention_global must be >= 0 (0: no global tokens), got " +
+                                   std::to_string(c.attention_global));
+  }
+  if (c.attention_global > 0 && c.attention_type != AttentionType::kSparse) {
+    return Status::InvalidArgument(
+        "attention_global (global tokens) needs attention_type = sparse (a window plus global "
+        "tokens)");
+  }
+  if (c.attention_type == AttentionType::kSparse) {
+    if (c.attention_window < 0) {
+      return Status::InvalidArgument(
+          "attention_type sparse is a causal sliding window plus global tokens: set "
+          "attention_window >= 0 (and attention_global >= 0)");
+    }
+    if (!c.causal) return Status::InvalidArgument("attention_type sparse needs causal = true");
+  }
+  if (c.attention_type == AttentionType::kLinear) {
+    const std::string linear = "attention_type linear (phi = elu + 1, no softmax) ";
+    if (c.softmax != SoftmaxKind::kStandard) {
+      return Status::InvalidArgument(linear + "has no softmax to vary: softmax must be "
+                                     "'standard', got '" + NameOf(kSoftmaxNames, c.softmax) + "'");
+    }
+    if (c.mask_first_key) {
+      return Status::InvalidArgument(
+          linear + "cannot take mask_first_key: with positive weights and no softmax there is "
+          "no attention sink to remove, and row 0 would have no key at all");
+    }
+    if (c.sink_token) {
+      return Status::InvalidArgument(
+          linear + "cannot take a dedicated sink_token: a sink absorbs softmax mass, and linear "
+          "attention has no softmax");
+    }
+    if (c.attention_window >= 0) {
+      return Status::InvalidArgument(
+          linear + "attends to the whole causal prefix through its state; attention_window must "
+          "be -1");
+    }
+    if (!c.causal) {
+      return Status::InvalidArgument(linear + "is causal (a running state): causal must be true");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateModelConfig(const ModelConfig& c) {
   ATTNLAB_RETURN_IF_ERROR(Range("vocab_size", c.vocab_size, 2, 1 << 24));
   ATTNLAB_RETURN_IF_ERROR(Range("context", c.context, 1, 1 << 20));
@@ -119,16 +192,48 @@ Status ValidateModelConfig(const ModelConfig& c) {
       return Status::InvalidArgument("rotary_dim must be even and in [2, head_dim = " +
                                      std::to_string(c.head_dim()) + "], got " + std::to_string(rot));
     }
-    if (!(c.rope_base > 1.0)) return Status::InvalidArgument("rope_base must be > 1");
-    if (!(c.rope_factor >= 1.0)) return Status::InvalidArgument("rope_factor must be >= 1");
+    if (!(c.rope_base > 1.0 && c.rope_base <= 1e12)) {
+      return Status::InvalidArgument("rope_base must be in (1, 1e12]");
+    }
+    // Finite and bounded: Gpt::Create sizes its rotation table as max_positions * rope_factor.
+    if (!(c.rope_factor >= 1.0 && c.rope_factor <= 1024.0)) {
+      return Status::InvalidArgument("rope_factor must be in [1, 1024], got " +
+                                     std::to_string(c.rope_factor));
+    }
+    ATTNLAB_RETURN_IF_ERROR(Range("rope_original_context", c.rope_original_context, 0, 1 << 20));
+    RopeConfig rc;
+    rc.head_dim = c.head_dim();
+    rc.rotary_dim = rot;
+    rc.base = c.rope_base;
+    rc.layout = c.rope_layout;
+    rc.scaling = c.rope_scaling;
+    rc.factor = c.rope_factor;
+    rc.original_context = c.rope_original_context > 0 ? c.rope_original_context : c.context;
+    ATTNLAB_RETURN_IF_ERROR(ValidateRope(rc));
+    const int64_t table = c.max_positions() * static_cast<int64_t>(c.rope_factor) * rot;
+    if (table > (int64_t{1} << 31)) {
+      return Status::InvalidArgument(
+          "context x rope_factor x rotary_dim = " + std::to_string(table) +
+          " exceeds the 2^31 entries of the largest rotation table attnlab builds");
+    }
   }
-  if (!(c.norm_eps > 0.0f)) return Status::InvalidArgument("norm_eps must be > 0");
+  if (!(c.norm_eps > 0.0f) || !std::isfinite(c.norm_eps)) {
+    return Status::InvalidArgument("norm_eps must be a finite number > 0");
+  }
   if (!(c.init_std > 0.0f) || !std::isfinite(c.init_std)) {
     return Status::InvalidArgument("init_std must be a positive number");
   }
   if (!std::isfinite(c.sigmoid_bias)) return Status::InvalidArgument("sigmoid_bias must be finite");
   if (c.attention_window < -1) {
     return Status::InvalidArgument("attention_window must be >= 0, or -1 for full causal attention");
+  }
+  if (c.residual_scale == ResidualScale::kDeepNorm && c.norm != NormPlacement::kPost) {
+    return Status::InvalidArgument(
+        "residual_scale deepnorm needs norm = post (DeepNorm is x = LN(alpha x + f(x)))");
+  }
+  ATTNLAB_RETURN_IF_ERROR(ValidateAttentionType(c));
+  if (!c.causal && c.attention_window >= 0) {
+    return Status::InvalidArgument("causal = false (bidirectional) takes no attention_window");
   }
   return Status::Ok();
 }
@@ -157,12 +262,15 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["norm_type"] = NameOf(kNormTypeNames, c.norm_type);
   j["norm_eps"] = c.norm_eps;
   j["residual_scale"] = NameOf(kResidualNames, c.residual_scale);
+  j["causal"] = c.causal;
   j["softmax"] = NameOf(kSoftmaxNames, c.softmax);
   j["sigmoid_bias"] = c.sigmoid_bias;
   j["output_gate"] = c.output_gate;
   j["mask_first_key"] = c.mask_first_key;
   j["sink_token"] = c.sink_token;
   j["attention_window"] = c.attention_window;
+  j["attention_type"] = NameOf(kAttentionTypeNames, c.attention_type);
+  j["attention_global"] = c.attention_global;
   j["init_std"] = c.init_std;
   j["scale_residual_init"] = c.scale_residual_init;
   return j.dump(2);
@@ -200,12 +308,15 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "norm_type") st = ParseEnum(kNormTypeNames, v, key, &c.norm_type);
     else if (k == "norm_eps") st = ParseFloat(v, key, &c.norm_eps);
     else if (k == "residual_scale") st = ParseEnum(kResidualNames, v, key, &c.residual_scale);
+    else if (k == "causal") st = ParseBool(v, key, &c.causal);
     else if (k == "softmax") st = ParseEnum(kSoftmaxNames, v, key, &c.softmax);
     else if (k == "sigmoid_bias") st = ParseFloat(v, key, &c.sigmoid_bias);
     else if (k == "output_gate") st = ParseBool(v, key, &c.output_gate);
     else if (k == "mask_first_key") st = ParseBool(v, key, &c.mask_first_key);
     else if (k == "sink_token") st = ParseBool(v, key, &c.sink_token);
     else if (k == "attention_window") st = ParseInt(v, key, &c.attention_window);
+    else if (k == "attention_type") st = ParseEnum(kAttentionTypeNames, v, key, &c.attention_type);
+    else if (k == "attention_global") st = ParseInt(v, key, &c.attention_global);
     else if (k == "init_std") st = ParseFloat(v, key, &c.init_std);
     else if (k == "scale_residual_init") st = ParseBool(v, key, &c.scale_residual_init);
     else st = Status::InvalidArgument("unknown model config key '" + k + "'");

@@ -138,6 +138,31 @@ void ParameterStore::Initialize(const ModelConfig& c, uint64_t seed) {
         break;
       }
     }
+    if (c.residual_scale == ResidualScale::kDeepNorm) DeepNormScale(c, p, x);
+  }
+}
+
+// ref: https://arxiv.org/abs/2203.00555, figure 2 (pseudo-code): v, out projection and FFN get
+// gain beta; q and k gain 1. Residual projections drawn with std_res are rescaled to init_std.
+void ParameterStore::DeepNormScale(const ModelConfig& c, const ParamInfo& p, float* x) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return p.name.size() >= s.size() && p.name.compare(p.name.size() - s.size(), s.size(), s) == 0;
+  };
+  const float beta = c.deepnorm_beta();
+  const float std_res =
+      c.scale_residual_init ? c.init_std / std::sqrt(2.0f * c.n_layer) : c.init_std;
+  if (ends_with("attn.qkv.weight")) {
+    // [C, Q], columns q | k | v: scale the v columns.
+    const int64_t C = c.d_model, Q = c.qkv_dim(), v0 = (c.n_head + c.kv_heads()) * c.head_dim();
+    for (int64_t i = 0; i < C; ++i) {
+      for (int64_t j = v0; j < Q; ++j) x[i * Q + j] *= beta;
+    }
+  } else if (ends_with("attn.proj.weight") || ends_with("mlp.proj.weight")) {
+    const float f = beta * c.init_std / std_res;  // undo the residual-projection scaling
+    for (int64_t i = 0; i < p.size; ++i) x[i] *= f;
+  } else if (ends_with("mlp.fc.weight")) {
+    for (int64_t i = 0; i < p.size; ++i) x[i] *= beta;
   }
 }
 

@@ -90,10 +90,15 @@ class ParameterStore {
   // GPT-2 initialisation: N(0, init_std) for weights, N(0, init_std / sqrt(2 n_layer)) for
   // residual output projections (if scale_residual_init), zeros for biases and ReZero alphas,
   // ones for norm gains. Deterministic in seed.
+  // DeepNorm (residual_scale = deepnorm): the value columns of attn.qkv.weight, attn.proj.weight,
+  // mlp.fc.weight and mlp.proj.weight get N(0, init_std * beta), beta = deepnorm_beta(), in place
+  // of the above (Wang et al. 2022's xavier_normal_(gain = beta) for v, out and the FFN; q and k
+  // keep init_std). The same random numbers are drawn either way, then scaled.
   void Initialize(const ModelConfig& c, uint64_t seed);
 
  private:
   void BindPointers(const ModelConfig& c);
+  static void DeepNormScale(const ModelConfig& c, const ParamInfo& p, float* x);
   std::vector<ParamInfo> infos_;
   std::map<std::string, size_t> index_;
   AlignedBuffer<float> buffer_;

@@ -52,7 +52,7 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
   }
   std::unique_ptr<KvCache> cache;
   if (policy == CachePolicy::kDense) {
-    cache = std::make_unique<DenseKvCache>(c.n_layer, c.kv_heads(), c.head_dim());
+    cache = MakeKvCache(c);  // linear attention: its running state
   } else if (policy != CachePolicy::kRecompute) {
     cache = std::make_unique<StreamingKvCache>(o.cache, c);
   }

@@ -44,6 +44,12 @@ Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig
     }
   }
   if ((sc.policy == CachePolicy::kWindow || sc.policy == CachePolicy::kSinkWindow) &&
+      model.attention_type == AttentionType::kLinear) {
+    return Status::InvalidArgument(
+        "the " + p + " policy evicts keys, and a linear-attention model keeps none: its cache is "
+        "a running state of constant size already; use --policy dense");
+  }
+  if ((sc.policy == CachePolicy::kWindow || sc.policy == CachePolicy::kSinkWindow) &&
       model.position == PositionEncoding::kLearned) {
     return Status::InvalidArgument(
         "the " + p + " policy shifts positions as tokens are evicted, which learned absolute "

@@ -1,8 +1,13 @@
 #include "train/token_data.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include "core/atomic_file.h"
@@ -24,6 +29,22 @@ T Get(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
+}
+
+// Reads exactly n bytes at offset.
+Status ReadAt(int fd, int64_t offset, char* dst, int64_t n, const std::string& path) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, static_cast<size_t>(std::min<int64_t>(n - done, 1 << 30)),
+                              static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError("token file '" + path + "': read failed: " + ErrnoMessage(errno));
+    }
+    if (r == 0) return Status::IoError("token file '" + path + "': it shrank while being read");
+    done += r;
+  }
+  return Status::Ok();
 }
 }  // namespace
 
@@ -63,36 +84,61 @@ Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& token
 }
 
 Result<TokenFile> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open token file '" + path + "'");
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
-  in.seekg(0);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("token file '" + path + "': no such file");
+    return Status::IoError("token file '" + path + "': cannot open: " + ErrnoMessage(err));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return Status::IoError("token file '" + path + "': cannot stat: " + ErrnoMessage(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("token file '" + path + "' is not a regular file");
+  }
+  const int64_t size = st.st_size;
   if (size < kHeaderBytes) {
     return Status::Corrupt("token file '" + path + "' is " + std::to_string(size) +
                            " bytes, shorter than its 32-byte header");
   }
   char header[kHeaderBytes];
-  in.read(header, kHeaderBytes);
+  ATTNLAB_RETURN_IF_ERROR(ReadAt(fd, 0, header, kHeaderBytes, path));
   if (std::memcmp(header, kMagic, 8) != 0) {
-    return Status::Corrupt("'" + path + "' is not an attnlab token file (bad magic)");
+    return Status::Corrupt("'" + path + "' is not an attnlab token file (bad magic: expected "
+                           "ATLTOKS1)");
   }
   const uint32_t version = Get<uint32_t>(header + 8), bpt = Get<uint32_t>(header + 12);
   const uint32_t vocab = Get<uint32_t>(header + 16);
   const uint64_t count = Get<uint64_t>(header + 24);
-  if (version != 1) return Status::Corrupt("token file '" + path + "': unsupported version " + std::to_string(version));
-  if (bpt != 2 && bpt != 4) return Status::Corrupt("token file '" + path + "': bytes per token must be 2 or 4");
-  if (vocab == 0) return Status::Corrupt("token file '" + path + "': vocab_size is 0");
+  if (version != 1) {
+    return Status::Corrupt("token file '" + path + "': unsupported version " +
+                           std::to_string(version) + " (expected 1)");
+  }
+  if (bpt != 2 && bpt != 4) {
+    return Status::Corrupt("token file '" + path + "': bytes per token must be 2 or 4, found " +
+                           std::to_string(bpt));
+  }
+  // Token ids are int32: the writer's limit, 2^31, bounds the vocabulary.
+  if (vocab == 0 || vocab > (uint32_t{1} << 31)) {
+    return Status::Corrupt("token file '" + path + "': vocab_size " + std::to_string(vocab) +
+                           " is outside [1, 2^31]");
+  }
   const uint64_t avail = static_cast<uint64_t>(size - kHeaderBytes);
+  // The declared count against the real size, before anything is allocated.
   if (count > avail / bpt || count * bpt != avail) {
     return Status::Corrupt("token file '" + path + "': header declares " + std::to_string(count) +
-                           " tokens but the file holds " + std::to_string(avail / bpt));
+                           " tokens of " + std::to_string(bpt) + " bytes but the file holds " +
+                           std::to_string(avail) + " bytes after the header (truncated?)");
   }
   TokenFile tf;
   tf.vocab_size = vocab;
   std::vector<char> raw(avail);
-  in.read(raw.data(), static_cast<std::streamsize>(avail));
-  if (!in) return Status::IoError("token file '" + path + "': read failed");
+  ATTNLAB_RETURN_IF_ERROR(ReadAt(fd, kHeaderBytes, raw.data(), static_cast<int64_t>(avail), path));
   tf.tokens.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     const uint32_t t = bpt == 2 ? Get<uint16_t>(raw.data() + 2 * i) : Get<uint32_t>(raw.data() + 4 * i);
@@ -107,6 +153,12 @@ Result<TokenFile> ReadTokenFile(const std::string& path) {
 
 void SampleBatch(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step, int64_t B,
                  int64_t T, int32_t bos, int32_t* inputs, int32_t* targets) {
+  SampleBatchAugmented(tokens, seed, step, B, T, bos, FirstTokenAugment{}, inputs, targets);
+}
+
+void SampleBatchAugmented(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step,
+                          int64_t B, int64_t T, int32_t bos, const FirstTokenAugment& aug,
+                          int32_t* inputs, int32_t* targets) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const uint64_t range = static_cast<uint64_t>(n - T - 1 + 1);
   for (int64_t r = 0; r < B; ++r) {
@@ -114,8 +166,13 @@ void SampleBatch(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step
     const int64_t start = static_cast<int64_t>(h % range);
     int32_t* x = inputs + r * T;
     int32_t* y = targets + r * T;
-    if (bos >= 0) {
-      x[0] = bos;
+    // Independent uniform draws for the augmentation (53-bit doubles from two more hashes).
+    const double u1 = static_cast<double>(SplitMix64(h ^ 0xa5a5a5a5ULL) >> 11) * 0x1p-53;
+    const uint64_t h2 = SplitMix64(h ^ 0x5a5a5a5aULL);
+    const bool drop = bos >= 0 && u1 < aug.drop;
+    const bool replace = bos >= 0 && !drop && u1 < aug.drop + aug.replace;
+    if (bos >= 0 && !drop) {
+      x[0] = replace ? static_cast<int32_t>(h2 % static_cast<uint64_t>(aug.vocab)) : bos;
       for (int64_t t = 1; t < T; ++t) x[t] = tokens[start + t - 1];
       for (int64_t t = 0; t < T; ++t) y[t] = tokens[start + t];
     } else {

@@ -39,6 +39,18 @@ Result<TokenFile> ReadTokenFile(const std::string& path);
 void SampleBatch(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step, int64_t B,
                  int64_t T, int32_t bos, int32_t* inputs, int32_t* targets);
 
+// Data augmentation of the first token (the mission documents' proposal against attention
+// sinks): with probability `replace` a sequence's BOS is replaced by a uniformly random token of
+// [0, vocab), with probability `drop` the sequence has no BOS at all (inputs = w0 .. w_{T-1}).
+// Decided per (seed, step, row), like the windows. REQUIRES: bos >= 0 when replace or drop > 0.
+struct FirstTokenAugment {
+  double replace = 0, drop = 0;
+  int32_t vocab = 0;
+};
+void SampleBatchAugmented(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step,
+                          int64_t B, int64_t T, int32_t bos, const FirstTokenAugment& aug,
+                          int32_t* inputs, int32_t* targets);
+
 // Evaluation batches: consecutive non-overlapping windows from the start, batch `index` of at most
 // `max_batches`; returns false when the data is exhausted.
 bool EvalBatch(const std::vector<int32_t>& tokens, int64_t index, int64_t B, int64_t T,

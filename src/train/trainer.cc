@@ -55,6 +55,10 @@ nlohmann::json TrainOptions::ToJson() const {
                         {"steps", steps},
                         {"seed", seed},
                         {"bos", bos},
+                        {"first_token_replace", first_token_replace},
+                        {"first_token_drop", first_token_drop},
+                        {"diversity_weight", diversity_weight},
+                        {"contrastive_weight", contrastive_weight},
                         {"lr", opt.lr},
                         {"min_lr", opt.min_lr},
                         {"beta1", opt.beta1},
@@ -82,6 +86,12 @@ Trainer::Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_to
   }());
   inputs_.resize(options_.batch * seq_len_);
   targets_.resize(options_.batch * seq_len_);
+  if (options_.diversity_weight != 0 || options_.contrastive_weight != 0) {
+    AuxiliaryLossOptions ao;
+    ao.diversity_weight = options_.diversity_weight;
+    ao.contrastive_weight = options_.contrastive_weight;
+    aux_ = std::make_unique<AuxiliaryLosses>(ao);
+  }
 }
 
 Status Trainer::RestoreOptimizer(const ParameterStore& m, const ParameterStore& v, int64_t step) {
@@ -149,7 +159,9 @@ Status Trainer::Run(int64_t until) {
                                    std::to_string(model_->config().context));
   }
   // The log (one JSON record per step) sits next to the checkpoint and is rewritten atomically
-  // with every checkpoint, so it never runs ahead of, or is lost with, the saved state.
+  // just before every checkpoint. A crash between the two leaves the log ahead of the saved
+  // state, never behind it (it would then lack records that no resumed run replays); a resumed
+  // run drops the records after its checkpoint's step before appending.
   std::string log_path, log_text;
   if (!options_.out_dir.empty()) {
     log_path = options_.out_dir + ".log.jsonl";
@@ -157,9 +169,8 @@ Status Trainer::Run(int64_t until) {
     if (old.ok()) log_text = TruncateLogAfter(old.value(), opt_.step());
   }
   auto save = [&]() -> Status {
-    ATTNLAB_RETURN_IF_ERROR(SaveCheckpointNow());
     if (!log_path.empty()) ATTNLAB_RETURN_IF_ERROR(WriteFileAtomically(log_path, log_text));
-    return Status::Ok();
+    return SaveCheckpointNow();
   };
   const auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;
@@ -168,18 +179,30 @@ Status Trainer::Run(int64_t until) {
   while (opt_.step() < stop) {
     const int64_t step = opt_.step();
     model_->grads().Zero();
-    double loss_sum = 0;
+    double loss_sum = 0, aux_sum = 0, div_sum = 0, con_sum = 0;
     bool finite = true;
     for (int64_t a = 0; a < options_.accum; ++a) {
-      SampleBatch(train_, options_.seed, step * options_.accum + a, B, T, options_.bos,
-                  inputs_.data(), targets_.data());
+      FirstTokenAugment aug;
+      aug.replace = options_.first_token_replace;
+      aug.drop = options_.first_token_drop;
+      aug.vocab = static_cast<int32_t>(model_->config().vocab_size);
+      SampleBatchAugmented(train_, options_.seed, step * options_.accum + a, B, T, options_.bos,
+                           aug, inputs_.data(), targets_.data());
       double loss = 0;
       ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
       if (!std::isfinite(loss)) {
         finite = false;
         break;
       }
-      ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
+      if (aux_) {
+        ATTNLAB_RETURN_IF_ERROR(aux_->Compute(*model_));
+        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum, &aux_->gradients()));
+        aux_sum += aux_->loss();
+        div_sum += aux_->diversity();
+        con_sum += aux_->contrastive();
+      } else {
+        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
+      }
       loss_sum += loss;
     }
     double extra = 0;
@@ -188,7 +211,10 @@ Status Trainer::Run(int64_t until) {
     }
     TrainRecord rec;
     rec.lr = LearningRateAt(opt_.config(), step);
-    rec.loss = loss_sum / options_.accum;
+    rec.loss = finite ? loss_sum / options_.accum : NAN;  // logged as null
+    rec.aux_loss = aux_sum / options_.accum;
+    rec.diversity = div_sum / options_.accum;
+    rec.contrastive = con_sum / options_.accum;
     double norm = NAN;
     if (finite) norm = opt_.Step(model_->params(), model_->grads());
     rec.grad_norm = norm;
@@ -231,6 +257,7 @@ Status Trainer::Run(int64_t until) {
                      static_cast<long>(opt_.step()), static_cast<long>(options_.steps), rec.loss,
                      rec.lr, rec.grad_norm, rec.tokens_per_s, FormatDuration(eta).c_str());
         if (rec.val_loss >= 0) std::fprintf(stderr, " | val %.4f", rec.val_loss);
+        if (aux_) std::fprintf(stderr, " | aux %.4f", rec.aux_loss);
         if (!rec.probe.is_null()) {
           double best = 0;
           for (const auto& layer : rec.probe["alpha1"]) {
@@ -250,6 +277,11 @@ Status Trainer::Run(int64_t until) {
                        {"grad_norm", std::isfinite(rec.grad_norm) ? rec.grad_norm : -1.0}};
       if (rec.val_loss >= 0) j["val_loss"] = rec.val_loss;
       if (rec.skipped) j["skipped"] = true;
+      if (aux_) {
+        j["aux_loss"] = rec.aux_loss;
+        j["diversity"] = rec.diversity;
+        j["contrastive"] = rec.contrastive;
+      }
       if (!rec.probe.is_null()) j["probe"] = rec.probe;
       log_text += j.dump() + "\n";
     }

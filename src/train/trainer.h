@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "attnlab/status.h"
 #include "model/gpt.h"
+#include "train/auxiliary_losses.h"
 #include "train/optimizer.h"
 
 namespace attnlab {
@@ -27,6 +29,8 @@ struct TrainOptions {
   int64_t steps = 1000;   // optimizer steps in total
   uint64_t seed = 1;      // batch sampling (and nothing else: init has its own seed)
   int32_t bos = -1;       // >= 0: every sequence starts with this token
+  // First-token augmentation (token_data.h): replace / drop the BOS with these probabilities.
+  double first_token_replace = 0, first_token_drop = 0;
   AdamWConfig opt;
   int64_t eval_every = 100;  // steps; 0: only at the end
   int64_t eval_batches = 16;
@@ -41,6 +45,10 @@ struct TrainOptions {
   // Auxiliary losses (experiments): a head-diversity penalty and a contrastive loss between
   // layers are applied by the callback after each Backward, adding to gradients.
   std::function<Status(Gpt&, double* extra_loss)> auxiliary;
+  // Training-side remedies against collapse (train/auxiliary_losses.h), 0 = off: a head-diversity
+  // penalty (weight of D) and an InfoNCE loss between consecutive layers (weight of I), added to
+  // the LM loss with hand-written gradients. TrainRecord::loss stays the LM loss alone.
+  double diversity_weight = 0, contrastive_weight = 0;
   bool quiet = false;  // no progress line (tests)
   nlohmann::json meta = nlohmann::json::object();  // stored in checkpoints (tokenizer, data...)
 
@@ -52,6 +60,8 @@ struct TrainRecord {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   double val_loss = -1;  // < 0: not evaluated at this step
   bool skipped = false;  // NaN/Inf: the update was skipped
+  double aux_loss = 0;   // weighted auxiliary loss (diversity_weight D + contrastive_weight I)
+  double diversity = 0, contrastive = 0;  // D and I (unweighted), 0 when off
   nlohmann::json probe;  // null, or {"alpha1": [[per head] per layer], "sink_rate": x, ...}
 };
 
@@ -86,6 +96,7 @@ class Trainer {
   std::vector<int32_t> train_, val_;
   AdamW opt_;
   std::vector<TrainRecord> history_;
+  std::unique_ptr<AuxiliaryLosses> aux_;  // null when both weights are 0
   std::vector<int32_t> inputs_, targets_;
   int64_t seq_len_ = 0;
 };

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "model/checkpoint.h"
+#include "model/safetensors.h"
 #include "train/token_data.h"
 #include "train/trainer.h"
 
@@ -132,6 +134,93 @@ TEST(Trainer, NaNGradientsSkipTheUpdateAndRepeatedNaNStopsTraining) {
   EXPECT_NE(st.message().find("NaN"), std::string::npos) << st.ToString();
   // Parameters never moved.
   EXPECT_EQ(0, std::memcmp(before.data(), g.value()->params().data(), before.size() * 4));
+}
+
+TEST(Trainer, NaNLossSkipsStepsAndRepeatedNaNStopsWithoutACheckpoint) {
+  // NaN weights make every loss NaN (a NaN that got in some other way than a loaded file, which
+  // LoadCheckpoint refuses): each step is skipped, and after max_bad_steps the run stops with a
+  // message; nothing is saved, so the previous checkpoint (none here) stays the last good one.
+  ModelConfig c = TinyConfig();
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  g.value()->params().Initialize(c, 1);
+  const ParamInfo& wte = *g.value()->params().Find("wte");
+  g.value()->params().Slice(wte)[5] = NAN;
+  TrainOptions o = Options();
+  o.max_bad_steps = 4;
+  o.out_dir = TempDir("nanloss") + "/ckpt";
+  Trainer t(g.value().get(), o, Corpus(4000, 1), Corpus(1000, 2));
+  const Status st = t.Run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("4 consecutive steps with NaN/Inf loss"), std::string::npos)
+      << st.ToString();
+  ASSERT_EQ(t.history().size(), 3u);  // the fourth bad step stops before it is recorded
+  for (const TrainRecord& r : t.history()) {
+    EXPECT_TRUE(r.skipped);
+    EXPECT_TRUE(std::isnan(r.loss));
+  }
+  EXPECT_FALSE(fs::exists(o.out_dir));
+}
+
+TEST(Trainer, AnInfGradientSkipsOneStepAndTrainingGoesOn) {
+  // One step's gradient is +Inf: that update is skipped (parameters and moments untouched, the
+  // step still advances so later batches stay those of the uninterrupted schedule), the run
+  // finishes, and what it saves is finite and loads.
+  const ModelConfig c = TinyConfig();
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  g.value()->params().Initialize(c, 3);
+  TrainOptions o = Options();
+  o.steps = 6;
+  o.out_dir = TempDir("infgrad") + "/ckpt";
+  int calls = 0;
+  std::vector<float> before_bad, after_bad;
+  o.auxiliary = [&](Gpt& m, double*) {
+    ++calls;
+    if (calls == 3) {
+      before_bad.assign(m.params().data(), m.params().data() + m.params().size());
+      m.grads().data()[7] = INFINITY;
+    }
+    if (calls == 4) after_bad.assign(m.params().data(), m.params().data() + m.params().size());
+    return Status::Ok();
+  };
+  Trainer t(g.value().get(), o, Corpus(4000, 5), Corpus(1000, 6));
+  ASSERT_TRUE(t.Run().ok());
+  ASSERT_EQ(t.history().size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(t.history()[i].skipped, i == 2) << "step " << i + 1;
+    EXPECT_EQ(t.history()[i].step, static_cast<int64_t>(i + 1));
+  }
+  EXPECT_TRUE(std::isinf(t.history()[2].grad_norm));
+  EXPECT_EQ(before_bad, after_bad);  // the skipped step changed nothing
+  EXPECT_EQ(t.step(), 6);
+  auto loaded = LoadCheckpoint(o.out_dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded.value().optimizer_step, 6);
+  // The log marks the skipped step.
+  auto log = ReadFileToString(o.out_dir + ".log.jsonl", 1 << 20);
+  ASSERT_TRUE(log.ok());
+  EXPECT_NE(log.value().find("\"skipped\":true,\"step\":3"), std::string::npos) << log.value();
+}
+
+TEST(Trainer, ResumeRefusesNonFiniteOptimizerState) {
+  // A checkpoint whose optimizer moments hold NaN (written by something other than attnlab,
+  // which refuses to save them) is refused at load, naming the file and the tensor.
+  const ModelConfig c = TinyConfig();
+  ParameterStore p(c), m(c), v(c);
+  p.Initialize(c, 1);
+  const std::string dir = TempDir("nanopt") + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(dir, c, p, &m, &v, {{"step", 2}}).ok());
+  v.data()[v.Find("h.1.mlp.fc.weight")->offset + 3] = NAN;
+  std::vector<NamedTensor> t;
+  for (const ParamInfo& i : m.infos()) t.push_back(NamedTensor::F32("m." + i.name, i.shape, m.Slice(i)));
+  for (const ParamInfo& i : v.infos()) t.push_back(NamedTensor::F32("v." + i.name, i.shape, v.Slice(i)));
+  ASSERT_TRUE(WriteSafetensors(dir + "/optimizer.safetensors", t, {{"step", "2"}}).ok());
+  auto r = LoadCheckpoint(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'v.h.1.mlp.fc.weight' has NaN at index 3"),
+            std::string::npos)
+      << r.status().ToString();
 }
 
 TEST(TokenData, FileRoundTripAndCorruptFiles) {

@@ -1,0 +1,99 @@
+// `attnlab experiment`: run one of the reproducible experiments (src/experiments/experiment.h).
+//
+//   attnlab experiment <name> [--quick] [--seed S] [--out DIR] [--data DIR] [--threads N]
+//   attnlab experiment --list
+//
+// Writes DIR/report.json and DIR/report.html (DIR defaults to experiments/<name>), prints the
+// summary, and exits 1 when one of the experiment's invariant checks fails (--quick is the CI
+// size). Progress goes to stderr.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "attnlab/thread_pool.h"
+#include "commands.h"
+#include "experiments/experiment.h"
+
+namespace attnlab::cli {
+namespace {
+
+struct ExperimentFlags {
+  std::string name, out, data;
+  bool quick = false, list = false;
+  uint64_t seed = 1;
+  int threads = 0;
+};
+
+void List() {
+  std::printf("experiments (attnlab experiment <name> [--quick]):\n");
+  for (const experiments::Experiment& e : experiments::AllExperiments()) {
+    std::printf("  %-20s %s\n", e.name.c_str(), e.description.c_str());
+  }
+}
+
+void Run(const ExperimentFlags& f) {
+  if (f.list || f.name.empty()) {
+    List();
+    if (f.name.empty() && !f.list) throw CommandError("name an experiment (see the list above)");
+    return;
+  }
+  const experiments::Experiment* e = experiments::FindExperiment(f.name);
+  if (!e) {
+    List();
+    throw CommandError("unknown experiment '" + f.name + "' (see the list above)");
+  }
+  if (f.threads > 0) SetDefaultThreadCount(f.threads);
+  experiments::ExperimentOptions o;
+  o.quick = f.quick;
+  o.seed = f.seed;
+  o.data = f.data;
+  o.out_dir = f.out.empty() ? "experiments/" + e->name : f.out;
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) throw CommandError("cannot create " + o.out_dir + ": " + ec.message());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto result = e->run(o);
+  Check(result.status(), e->name);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  experiments::ExperimentResult& r = result.value();
+  Check(experiments::WriteExperimentReport(*e, o, r, secs), "writing the report");
+  std::printf("%s\n\n", r.summary.c_str());
+  int failed = 0;
+  for (const experiments::Check& c : r.checks) {
+    if (!c.passed) {
+      ++failed;
+      std::printf("FAILED check: %s (%s)\n", c.name.c_str(), c.detail.c_str());
+    }
+  }
+  for (const experiments::Claim& c : r.claims) {
+    std::printf("claim %-13s %s [%s]: %s\n", c.holds ? "holds:" : "DOES NOT hold:", c.name.c_str(),
+                c.source.c_str(), c.measured.c_str());
+  }
+  std::printf("%zu/%zu checks passed in %.1f s on %d threads; report: %s/report.html\n",
+              r.checks.size() - failed, r.checks.size(), secs, DefaultThreadCount(),
+              o.out_dir.c_str());
+  if (failed > 0) {
+    throw CommandError(std::to_string(failed) + " invariant check(s) failed (see " + o.out_dir +
+                       "/report.json)");
+  }
+}
+
+}  // namespace
+
+void RegisterExperimentCommand(CLI::App& app) {
+  auto f = std::make_shared<ExperimentFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "experiment", "Reproducible experiments on attention collapse and sinks, with reports");
+  cmd->add_option("name", f->name, "the experiment (--list shows them)");
+  cmd->add_flag("--list", f->list, "list the experiments");
+  cmd->add_flag("--quick", f->quick, "the small CI size (seconds)");
+  cmd->add_option("--seed", f->seed, "seed of every random choice (1)");
+  cmd->add_option("--out", f->out, "report directory (experiments/<name>)");
+  cmd->add_option("--data", f->data, "data directory (attnlab prepare) for training experiments");
+  cmd->add_option("--threads", f->threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(1, 1024));
+  cmd->callback([f] { Run(*f); });
+}
+
+}  // namespace attnlab::cli
