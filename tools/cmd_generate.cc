@@ -98,6 +98,7 @@ void Run(const GenerateOptions& o) {
   const double prefill = std::chrono::duration<double>(t1 - t0).count();
   const double decode = std::chrono::duration<double>(t2 - t1).count();
   std::printf("\n");
+  std::fflush(stdout);  // the text ends before the statistics on stderr
   std::fprintf(stderr,
                "[%zu prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s; cache %s, "
                "%.1f MiB]\n",

@@ -91,7 +91,9 @@ void Run(TrainFlags f) {
     if (ckpt.meta.contains("train")) {
       // The run is only the same run if the training flags are the same.
       const json& was = ckpt.meta["train"];
-      for (const char* k : {"batch", "seq_len", "accum", "steps", "lr", "seed", "bos"}) {
+      for (const char* k : {"batch", "seq_len", "accum", "steps", "lr", "seed", "bos",
+                            "first_token_replace", "first_token_drop", "diversity_weight",
+                            "contrastive_weight"}) {
         if (was.contains(k) && train.contains(k) && was[k] != train[k]) {
           throw CommandError(std::string("--resume: training option '") + k + "' was " +
                              was[k].dump() + " in the checkpoint but is " + train[k].dump() +
@@ -123,6 +125,9 @@ void Run(TrainFlags f) {
   if (settings.value().bos) {
     if (!tok.value()->bos_id()) throw CommandError("--bos: the tokenizer has no BOS token");
     o.bos = *tok.value()->bos_id();
+  }
+  if ((o.first_token_replace > 0 || o.first_token_drop > 0) && o.bos < 0) {
+    throw CommandError("--first-token-replace and --first-token-drop act on the BOS token: add --bos");
   }
   const int64_t T = o.seq_len > 0 ? o.seq_len : mc.context;
   if (T > mc.context) {
@@ -207,7 +212,7 @@ void RegisterTrainCommand(CLI::App& app) {
   model_str("--position", "position", "learned | rope | none");
   model_str("--norm", "norm", "pre | post | none");
   model_str("--norm-type", "norm_type", "layernorm | rmsnorm");
-  model_str("--residual-scale", "residual_scale", "one | inv_sqrt_2l | rezero");
+  model_str("--residual-scale", "residual_scale", "one | inv_sqrt_2l | rezero | deepnorm");
   model_str("--softmax", "softmax", "standard | softmax1 | sink_logit | sigmoid");
   model_flag("--gate", "output_gate", true, "head-wise output gate");
   model_flag("--mask-first-key", "mask_first_key", true, "no query attends to token 0");
@@ -247,6 +252,10 @@ void RegisterTrainCommand(CLI::App& app) {
             "augmentation: replace the BOS by a random token with this probability");
   train_num("--first-token-drop", "first_token_drop",
             "augmentation: drop the BOS with this probability");
+  train_num("--diversity-weight", "diversity_weight",
+            "head-diversity penalty weight (0 = off; train/auxiliary_losses.h)");
+  train_num("--contrastive-weight", "contrastive_weight",
+            "contrastive loss between consecutive layers, weight (0 = off)");
   cmd->add_flag_function("--bos", [f](int64_t) { f->train["bos"] = true; },
                          "start every sequence with the tokenizer's BOS token");
   cmd->callback([f] { Run(*f); });

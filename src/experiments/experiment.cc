@@ -20,6 +20,7 @@ const std::vector<Experiment>& AllExperiments() {
   static const std::vector<Experiment> all = {
       CollapseDepthExperiment(),
       CollapseTrainingExperiment(),
+      SinksExperiment(),
   };
   return all;
 }

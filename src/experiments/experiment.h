@@ -81,6 +81,7 @@ const Experiment* FindExperiment(std::string_view name);
 // The registry's entries (one file each, src/experiments/<name>.cc).
 Experiment CollapseDepthExperiment();     // collapse_depth.cc
 Experiment CollapseTrainingExperiment();  // collapse_training.cc
+Experiment SinksExperiment();  // sinks.cc
 
 // report.json (schema above) and report.html (with a "Checks" and a "Claims" section appended)
 // into options.out_dir.

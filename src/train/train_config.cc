@@ -79,7 +79,11 @@ json DefaultTrainJson() {
               {"eval_batches", d.eval_batches},
               {"log_every", d.log_every},
               {"checkpoint_every", 200},
-              {"probe_every", 0}};
+              {"probe_every", 0},
+              {"first_token_replace", d.first_token_replace},
+              {"first_token_drop", d.first_token_drop},
+              {"diversity_weight", d.diversity_weight},
+              {"contrastive_weight", d.contrastive_weight}};
 }
 
 Result<TrainSettings> TrainSettingsFromJson(const json& train) {
@@ -130,6 +134,20 @@ Result<TrainSettings> TrainSettingsFromJson(const json& train) {
                                     ">= 0 (0 turns clipping off)", &o.opt.grad_clip));
   ATTNLAB_RETURN_IF_ERROR(NumberKey(j, "beta2", [](double x) { return x > 0 && x < 1; },
                                     "in (0, 1)", &o.opt.beta2));
+  auto probability = [](double x) { return x >= 0 && x <= 1; };
+  ATTNLAB_RETURN_IF_ERROR(NumberKey(j, "first_token_replace", probability, "in [0, 1]",
+                                    &o.first_token_replace));
+  ATTNLAB_RETURN_IF_ERROR(
+      NumberKey(j, "first_token_drop", probability, "in [0, 1]", &o.first_token_drop));
+  if (o.first_token_replace + o.first_token_drop > 1) {
+    return Status::InvalidArgument(
+        "training options 'first_token_replace' + 'first_token_drop' must be at most 1");
+  }
+  auto weight = [](double x) { return x >= 0 && x <= 1e3; };
+  ATTNLAB_RETURN_IF_ERROR(
+      NumberKey(j, "diversity_weight", weight, "in [0, 1000]", &o.diversity_weight));
+  ATTNLAB_RETURN_IF_ERROR(
+      NumberKey(j, "contrastive_weight", weight, "in [0, 1000]", &o.contrastive_weight));
   if (o.opt.lr > 0 && !(static_cast<float>(o.opt.lr) > 0)) {
     return Status::InvalidArgument("training option 'lr' underflows to 0 in float");
   }

@@ -158,6 +158,9 @@ Status Trainer::Run(int64_t until) {
     return Status::InvalidArgument("seq_len " + std::to_string(T) + " exceeds the context " +
                                    std::to_string(model_->config().context));
   }
+  if ((options_.first_token_replace > 0 || options_.first_token_drop > 0) && options_.bos < 0) {
+    return Status::InvalidArgument("first-token augmentation needs a BOS token (options.bos)");
+  }
   // The log (one JSON record per step) sits next to the checkpoint and is rewritten atomically
   // just before every checkpoint. A crash between the two leaves the log ahead of the saved
   // state, never behind it (it would then lack records that no resumed run replays); a resumed
