@@ -152,7 +152,7 @@ def collapse_training(cli, d):
 
 
 SINK_VARIANTS = ["baseline", "mask_first_key", "softmax1", "sink_logit", "sigmoid", "output_gate",
-                 "sink_token", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
+                 "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
                  "first_drop", "init_small", "init_large"]
 
 
@@ -203,8 +203,27 @@ def sinks(cli, d):
     check(mask["max_alpha1"] == 0 and mask["first_token_sensitivity"] == 0,
           f"sinks: mask_first_key sees token 0 ({mask['max_alpha1']}, {mask['first_token_sensitivity']})")
     check(base["first_token_sensitivity"] > 0, "sinks: the baseline ignores token 0")
-    for f in ('id="variants"', 'id="emergence"', "fig-sink-bars", "fig-stream-bars", "fig-emergence",
-              'id="claims"'):
+    # Streaming by the number of pinned tokens (Xiao et al. 2023, table 3): the baseline and the
+    # two sink-token variants, S = 1 equal to the run's sink policy, and the claim's rule
+    # (sink token without BOS, 1 sink <= 1.02x the baseline with 4) recomputed from the numbers.
+    counts = res["sink_count_streaming"]
+    check(res["sink_counts"] == [1, 2, 4], f"sinks: sink_counts {res['sink_counts']}")
+    check(sorted(counts) == ["baseline", "sink_token", "sink_token_nobos"],
+          f"sinks: sink_count_streaming variants {sorted(counts)}")
+    for v, c in counts.items():
+        check(sorted(c["sinks"]) == ["1", "2", "4"] and
+              all(x is not None and math.isfinite(x) and x > 1 for x in c["sinks"].values()),
+              f"sinks {v}: sink-count perplexities {c}")
+        st = by[v]["stream"]
+        check(c["sinks"]["1"] == st["sink_ppl"] and c["dense_ppl"] == st["dense_ppl"] and
+              c["window_ppl"] == st["window_ppl"], f"sinks {v}: sink_count_streaming disagrees with stream")
+    claim = [c for c in rep["claims"] if "needs 1 sink" in c["name"]]
+    check(len(claim) == 1 and isinstance(claim[0]["holds"], bool), "sinks: the 1-vs-4-sinks claim is missing")
+    check(claim[0]["holds"] == (counts["sink_token_nobos"]["sinks"]["1"] <=
+                                1.02 * counts["baseline"]["sinks"]["4"]),
+          f"sinks: the 1-vs-4-sinks claim disagrees with its numbers: {claim[0]}")
+    for f in ('id="variants"', 'id="emergence"', 'id="sink-count"', "fig-sink-bars", "fig-stream-bars",
+              "fig-emergence", 'id="claims"'):
         check(f in html, f"sinks: report.html lacks {f!r}")
     p = run(cli, ["experiment", "--list"])
     check("sinks" in p.stdout, "--list does not list sinks")

@@ -7,7 +7,8 @@
 //              documents' MaskedSelfAttention), softmax1 ("off by one", Miller 2023), a learned
 //              sink logit per head (gpt-oss), sigmoid attention without normalisation (Ramapuram
 //              et al. 2024; Gu et al. 2024), a head-wise output gate (Qiu et al. 2025),
-//              a dedicated learnable sink token (Xiao et al. 2023, section 3.3);
+//              a dedicated learnable sink token (Xiao et al. 2023, section 3.3), with the BOS
+//              after it and without a BOS (StreamingLLM's exact pre-training setup);
 //   training:  positions (RoPE = baseline, learned absolute, none), weight decay (0.1 = baseline,
 //              0, 1.0; Gu et al. 2024, arXiv:2410.10781), first-token augmentation
 //              (replace / drop the BOS with p = 0.5; the mission documents' proposal), init std
@@ -15,7 +16,8 @@
 // Data: by default the Bigram-Backcopy task (experiments/bigram_backcopy.h, Guo et al. 2024),
 // on which sinks emerge within seconds of training (on natural text, minutes of training give
 // small models only weak sinks); --data DIR trains on a prepared corpus instead. Every sequence
-// starts with a BOS token, the extra id `vocab` of the data.
+// starts with a BOS token, the extra id `vocab` of the data (except for the "sink token, no BOS"
+// variant, whose sequences start directly with text after the sink token).
 //
 // Per variant, on held-out sequences (no attention map is materialised):
 //   alpha_1 per layer x head, Sink_1^0.3 (diagnostics/first_token_probe.h; Gu et al. 2024 eq. 1),
@@ -23,22 +25,31 @@
 //   last query's attention on token 0 against uniform (the documents' GPT-2 measurement), the
 //   massive-activation ratio max|h| / median|h| of each layer's output (Sun et al. 2024), the
 //   validation loss, and the perplexity of single-token streaming over held-out segments of one
-//   context length under three KV policies (model/stream_eval.h): dense (every token), window-only
-//   (the W most recent, BOS evicted after W tokens) and sink (token 0 pinned + W - 1 recent;
-//   StreamingLLM). Learned absolute positions cannot be shifted by a rolling cache: their window
-//   and sink numbers are null, with the reason.
+//   context length under three KV policies (model/streaming_cache.h): dense (every token),
+//   window-only (the W most recent, BOS evicted after W tokens) and sink (token 0 pinned + W - 1
+//   recent; StreamingLLM). Learned absolute positions cannot be shifted by a rolling cache: their
+//   window and sink numbers are null, with the reason.
+//   For the baseline and the two sink-token variants also the sink policy with S = 1, 2, 4 pinned
+//   tokens + W - S recent (Xiao et al. 2023, table 3: a model pre-trained with a learnable sink
+//   token needs 1 pinned token where the vanilla model needs 4). The pinned tokens are the first S
+//   of the cache, and a sink-token model's sink token is position 0 of its cache, so S = 1 pins
+//   only the sink token.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "diagnostics/first_token_probe.h"
 #include "diagnostics/representation_metrics.h"
 #include "experiments/bigram_backcopy.h"
 #include "experiments/experiment.h"
-#include "model/stream_eval.h"
+#include "model/kv_cache.h"
+#include "model/streaming_cache.h"
 #include "report/svg_plot.h"
 #include "train/token_data.h"
 #include "train/trainer.h"
@@ -83,6 +94,12 @@ const std::vector<Variant>& Variants() {
       {"output_gate", "attention", "output gate", [](ModelConfig& c, TrainOptions&) { c.output_gate = true; }},
       {"sink_token", "attention", "dedicated sink token",
        [](ModelConfig& c, TrainOptions&) { c.sink_token = true; }},
+      // StreamingLLM's pre-training (Xiao et al. 2023, section 3.3): the sink token is the only
+      // fixed first token; sequences start with text, no BOS.
+      {"sink_token_nobos", "attention", "sink token, no BOS", [](ModelConfig& c, TrainOptions& t) {
+         c.sink_token = true;
+         t.bos = -1;
+       }},
       {"pos_learned", "positions", "learned absolute positions",
        [](ModelConfig& c, TrainOptions&) { c.position = PositionEncoding::kLearned; }},
       {"pos_none", "positions", "no positions (NoPE)",
@@ -230,9 +247,19 @@ Stats Summarise(const std::vector<std::vector<double>>& m, double eps = kSinkEps
   return s;
 }
 
+// Pinned tokens of the sink policy compared for the variants MeasuresSinkCounts names (Xiao et
+// al. 2023, table 3 compares 0, 1, 2 and 4 sinks; 0 is window-only).
+constexpr int64_t kSinkCounts[] = {1, 2, 4};
+
+bool MeasuresSinkCounts(const char* id) {
+  const std::string v = id;
+  return v == "baseline" || v == "sink_token" || v == "sink_token_nobos";
+}
+
 struct Streaming {
-  double dense = NAN, window = NAN, sink = NAN;  // perplexities
-  std::string note;                              // why window / sink are null
+  double dense = NAN, window = NAN, sink = NAN;  // perplexities (sink: 1 pinned token)
+  std::vector<std::pair<int64_t, double>> by_sinks;  // (pinned tokens S, perplexity), S in kSinkCounts
+  std::string note;                                  // why window / sink are null
 };
 
 struct Emergence {
@@ -268,9 +295,10 @@ Emergence FromProbe(int64_t step, const nlohmann::json& probe) {
 }
 
 // The largest |change| of any logit at positions >= 1 (of the text) when every sequence's
-// token 0 is replaced: exactly 0 when no query can see token 0 (mask_first_key).
+// token 0 is replaced (by a data id; bos < 0: token 0 is the first text token): exactly 0 when
+// no query can see token 0 (mask_first_key).
 Result<double> FirstTokenSensitivity(Gpt& g, const std::vector<int32_t>& val, const Sizes& s,
-                                     int32_t bos) {
+                                     int32_t bos, int64_t vocab) {
   std::vector<int32_t> in(s.batch * s.len), tg(in.size());
   if (!EvalBatch(val, 0, s.batch, s.len, bos, in.data(), tg.data())) {
     return Status::InvalidArgument("the validation data is shorter than one batch");
@@ -279,7 +307,9 @@ Result<double> FirstTokenSensitivity(Gpt& g, const std::vector<int32_t>& val, co
   ATTNLAB_RETURN_IF_ERROR(g.Forward(in.data(), nullptr, s.batch, s.len, nullptr));
   const int64_t Tm = g.last_len(), off = Tm - s.len;  // off = 1 with a sink token
   std::vector<float> before(g.logits(), g.logits() + s.batch * Tm * V);
-  for (int64_t b = 0; b < s.batch; ++b) in[b * s.len] = static_cast<int32_t>((bos + 1 + b) % bos);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    in[b * s.len] = static_cast<int32_t>((in[b * s.len] + 1 + b) % vocab);
+  }
   ATTNLAB_RETURN_IF_ERROR(g.Forward(in.data(), nullptr, s.batch, s.len, nullptr));
   double diff = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -293,48 +323,88 @@ Result<double> FirstTokenSensitivity(Gpt& g, const std::vector<int32_t>& val, co
   return diff;
 }
 
-Result<Streaming> MeasureStreaming(Gpt& g, const Data& data, const Sizes& s, int32_t bos) {
+// Perplexity of single-token streaming over the held-out segments under one cache policy. Each
+// segment is read as [BOS] + text (the BOS only when the model was trained with one; a
+// sink-token model's Forward prepends its sink token itself). Every variant is scored on the
+// same tokens, text[1..] of each segment, text[0] being context only: a model trained without a
+// BOS is never trained to predict the first text token, and scoring it for the others only would
+// bias the comparison of absolute perplexities between them.
+// Not EvaluateStreaming (model/stream_eval.h): at a sink-token model's first step Forward
+// returns two rows of logits (sink token, first token) and that reads row 0, the sink token's;
+// this loop reads the last row.
+Result<double> StreamPerplexity(Gpt& g, const Data& data, const Sizes& s, int32_t bos,
+                                const StreamingCacheConfig& sc) {
+  const ModelConfig& c = g.config();
+  if (sc.policy != CachePolicy::kDense) ATTNLAB_RETURN_IF_ERROR(ValidateStreamingConfig(sc, c));
+  const int64_t seg = s.len - 1, V = c.vocab_size;
+  double total = 0;
+  int64_t tokens = 0;
+  std::vector<int32_t> stream;
+  for (int64_t k = 0; k < s.stream_segments; ++k) {
+    stream.clear();
+    if (bos >= 0) stream.push_back(bos);
+    const int64_t first = static_cast<int64_t>(stream.size());  // index of text[0]
+    stream.insert(stream.end(), data.stream.begin() + k * seg, data.stream.begin() + (k + 1) * seg);
+    std::unique_ptr<KvCache> cache;
+    if (sc.policy == CachePolicy::kDense) {
+      cache = MakeKvCache(c);
+    } else {
+      cache = std::make_unique<StreamingKvCache>(sc, c);
+    }
+    for (int64_t t = 0; t + 1 < static_cast<int64_t>(stream.size()); ++t) {
+      ATTNLAB_RETURN_IF_ERROR(g.Forward(&stream[t], nullptr, 1, 1, nullptr, cache.get()));
+      if (t < first) continue;  // these logits would score text[0]: context only
+      const float* logits = g.logits() + (g.last_len() - 1) * V;
+      double m = logits[0];
+      for (int64_t v = 1; v < V; ++v) m = std::max(m, static_cast<double>(logits[v]));
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v]) - m);
+      const double nll = m + std::log(sum) - logits[stream[t + 1]];
+      if (!std::isfinite(nll)) return Status::Internal("non-finite streaming loss");
+      total += nll;
+      ++tokens;
+    }
+  }
+  return std::exp(total / static_cast<double>(tokens));
+}
+
+Result<Streaming> MeasureStreaming(Gpt& g, const Data& data, const Sizes& s, int32_t bos,
+                                   bool sink_counts) {
   Streaming r;
   if (data.stream.empty()) {
     r.note = "the validation data is shorter than the streaming text";
     return r;
   }
-  const int64_t seg = s.len - 1;  // + BOS = one context: dense stays inside the training context
-  auto run = [&](CachePolicy p) -> Result<double> {
-    StreamEvalOptions so;
-    so.bos = bos;
-    so.cache.policy = p;
-    so.cache.window = s.window;
-    so.cache.n_sink = 1;
-    so.chunk = seg;
-    double total = 0;
-    int64_t tokens = 0;
-    for (int64_t k = 0; k < s.stream_segments; ++k) {
-      std::vector<int32_t> text(data.stream.begin() + k * seg, data.stream.begin() + (k + 1) * seg);
-      ATTNLAB_ASSIGN_OR_RETURN(StreamEvalResult e, EvaluateStreaming(g, text, so));
-      total += e.mean_loss * static_cast<double>(e.tokens);
-      tokens += e.tokens;
-    }
-    return std::exp(total / static_cast<double>(tokens));
-  };
-  ATTNLAB_ASSIGN_OR_RETURN(r.dense, run(CachePolicy::kDense));
-  StreamingCacheConfig probe;
-  probe.policy = CachePolicy::kWindow;
-  probe.window = s.window;
-  const Status ok = ValidateStreamingConfig(probe, g.config());
+  StreamingCacheConfig sc;
+  sc.window = s.window;
+  sc.n_sink = 1;
+  sc.policy = CachePolicy::kDense;
+  ATTNLAB_ASSIGN_OR_RETURN(r.dense, StreamPerplexity(g, data, s, bos, sc));
+  sc.policy = CachePolicy::kWindow;
+  const Status ok = ValidateStreamingConfig(sc, g.config());
   if (!ok.ok()) {
     r.note = ok.message();
     return r;
   }
-  ATTNLAB_ASSIGN_OR_RETURN(r.window, run(CachePolicy::kWindow));
-  ATTNLAB_ASSIGN_OR_RETURN(r.sink, run(CachePolicy::kSinkWindow));
+  ATTNLAB_ASSIGN_OR_RETURN(r.window, StreamPerplexity(g, data, s, bos, sc));
+  sc.policy = CachePolicy::kSinkWindow;
+  ATTNLAB_ASSIGN_OR_RETURN(r.sink, StreamPerplexity(g, data, s, bos, sc));
+  if (sink_counts) {
+    for (int64_t n : kSinkCounts) {
+      double ppl = r.sink;
+      if (n != 1) {
+        sc.n_sink = n;
+        ATTNLAB_ASSIGN_OR_RETURN(ppl, StreamPerplexity(g, data, s, bos, sc));
+      }
+      r.by_sinks.emplace_back(n, ppl);
+    }
+  }
   return r;
 }
 
 Result<VariantRun> TrainVariant(const ExperimentOptions& o, const Sizes& s, const Data& data,
                                 const Variant& v) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int32_t bos = static_cast<int32_t>(data.vocab);
   VariantRun run;
   run.v = &v;
   ModelConfig c;
@@ -350,7 +420,7 @@ Result<VariantRun> TrainVariant(const ExperimentOptions& o, const Sizes& s, cons
   to.seq_len = s.len;
   to.steps = s.steps;
   to.seed = o.seed;
-  to.bos = bos;
+  to.bos = static_cast<int32_t>(data.vocab);  // BOS = the extra id after the data's vocabulary
   to.opt.lr = static_cast<float>(s.lr);
   to.opt.min_lr = static_cast<float>(s.lr / 10);
   to.opt.warmup_steps = s.steps / 20;
@@ -360,6 +430,8 @@ Result<VariantRun> TrainVariant(const ExperimentOptions& o, const Sizes& s, cons
   to.probe_every = s.probe_every;
   to.quiet = true;
   v.apply(c, to);
+  // Evaluated as trained: BOS first unless the variant trains without one.
+  const int32_t bos = to.bos;
   run.config = c;
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> g, Gpt::Create(c));
   g->params().Initialize(c, o.seed);
@@ -406,8 +478,8 @@ Result<VariantRun> TrainVariant(const ExperimentOptions& o, const Sizes& s, cons
   run.massive = obs.massive();
   run.massive_max = *std::max_element(run.massive.begin(), run.massive.end());
   run.massive_at_first = obs.massive_at_first();
-  ATTNLAB_ASSIGN_OR_RETURN(run.first_token_sensitivity, FirstTokenSensitivity(*g, data.val, s, bos));
-  ATTNLAB_ASSIGN_OR_RETURN(run.stream, MeasureStreaming(*g, data, s, bos));
+  ATTNLAB_ASSIGN_OR_RETURN(run.first_token_sensitivity, FirstTokenSensitivity(*g, data.val, s, bos, data.vocab));
+  ATTNLAB_ASSIGN_OR_RETURN(run.stream, MeasureStreaming(*g, data, s, bos, MeasuresSinkCounts(v.id)));
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Progress(o, kName,
            "%-28s val %.3f | Sink_1 %.2f | max alpha_1 %.3f | massive %.1f | ppl dense %s window %s "
@@ -458,6 +530,7 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
     if (run.config.position != PositionEncoding::kLearned) {
       finite &= std::isfinite(run.stream.window) && std::isfinite(run.stream.sink);
     }
+    for (const auto& [n, ppl] : run.stream.by_sinks) finite &= std::isfinite(ppl);
     for (double x : run.train_loss) finite &= std::isfinite(x);
     r.AddCheck(std::string(run.v->label) + ": every metric finite", finite,
                "val loss " + Fmt(run.val_loss, "%.4f") + ", max alpha_1 " + Fmt(run.a1.max, "%.4f") +
@@ -576,6 +649,33 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
                           Fmt(base.stream.window, "%.3f") + ", window + token 0 " + Fmt(base.stream.sink, "%.3f"),
                       base.stream.window > 1.05 * base.stream.dense && base.stream.sink < base.stream.window});
 
+  // Xiao et al. 2023, section 3.3 / table 3: pre-trained with a learnable sink token (and no
+  // other fixed first token), 1 pinned token streams as well as the vanilla model with 4. Rule:
+  // holds when the sink-token model's perplexity with S = 1 is at most 1.02x the baseline's with
+  // S = 4 (the same window W, the same scored tokens).
+  const VariantRun &stok = find("sink_token"), &snob = find("sink_token_nobos");
+  auto sink_ppl = [](const VariantRun& run, int64_t n) {
+    for (const auto& [k, ppl] : run.stream.by_sinks) {
+      if (k == n) return ppl;
+    }
+    return static_cast<double>(NAN);
+  };
+  const double base4 = sink_ppl(base, 4), nobos1 = sink_ppl(snob, 1), stok1 = sink_ppl(stok, 1);
+  const bool one_sink_enough = nobos1 <= 1.02 * base4;
+  r.claims.push_back(
+      {"a dedicated sink token needs 1 sink to match the vanilla model with 4",
+       "Xiao et al. 2023 (StreamingLLM, arXiv:2309.17453), section 3.3, table 3",
+       "the model pre-trained with a sink token and no BOS, streaming with 1 pinned token (the sink "
+       "token) + " + std::to_string(s.window - 1) + " recent, has perplexity <= 1.02x the baseline's "
+       "with 4 pinned tokens + " + std::to_string(s.window - 4) + " recent",
+       "sink token, no BOS, 1 sink: " + Fmt(nobos1, "%.3f") + " (" + Fmt(nobos1 / base4, "%.3f") +
+           "x); baseline, 4 sinks: " + Fmt(base4, "%.3f") + " (1 sink: " + Fmt(sink_ppl(base, 1), "%.3f") +
+           ", dense " + Fmt(base.stream.dense, "%.3f") + "); sink token no BOS dense " +
+           Fmt(snob.stream.dense, "%.3f") + ", 4 sinks " + Fmt(sink_ppl(snob, 4), "%.3f") +
+           "; sink token with BOS, 1 sink: " + Fmt(stok1, "%.3f") + " (" + Fmt(stok1 / base4, "%.3f") +
+           "x), 4 sinks " + Fmt(sink_ppl(stok, 4), "%.3f"),
+       one_sink_enough});
+
   // ---- JSON.
   nlohmann::json jruns = nlohmann::json::array();
   for (const VariantRun& run : runs) {
@@ -608,6 +708,22 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
                {"stream_window", s.window}, {"stream_segments", s.stream_segments},
                {"stream_segment_tokens", s.len - 1}, {"eps", kSinkEps},
                {"data", data.source}, {"loss_floor", Num(data.floor)}, {"runs", jruns}};
+  {
+    // Streaming perplexity by the number of pinned tokens S (S + W - S recent, the sink token
+    // counted as one of the S), next to dense and window-only.
+    nlohmann::json counts = nlohmann::json::object();
+    for (const VariantRun& run : runs) {
+      if (run.stream.by_sinks.empty()) continue;
+      nlohmann::json by = nlohmann::json::object();
+      for (const auto& [n, ppl] : run.stream.by_sinks) by[std::to_string(n)] = Num(ppl);
+      counts[run.v->id] = {{"dense_ppl", Num(run.stream.dense)}, {"window_ppl", Num(run.stream.window)},
+                           {"sinks", by}};
+    }
+    r.results["sink_count_streaming"] = counts;
+    nlohmann::json ns = nlohmann::json::array();
+    for (int64_t n : kSinkCounts) ns.push_back(n);
+    r.results["sink_counts"] = ns;
+  }
 
   // ---- Summary.
   std::string removed, kept;
@@ -629,12 +745,16 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
                     (removed.empty() ? std::string("none") : removed) + ". Sink kept: " +
                     (kept.empty() ? std::string("none") : kept) + ". Cost against the baseline: ";
   bool first = true;
-  for (const char* id : {"mask_first_key", "softmax1", "sink_logit", "sigmoid", "output_gate", "sink_token"}) {
+  for (const char* id :
+       {"mask_first_key", "softmax1", "sink_logit", "sigmoid", "output_gate", "sink_token", "sink_token_nobos"}) {
     const VariantRun& run = find(id);
     sum += std::string(first ? "" : "; ") + run.v->label + " " + cost(run);
     first = false;
   }
-  sum += ".";
+  sum += ". Sinks needed (Xiao et al. 2023, table 3): the sink-token model without BOS streams at " +
+         Fmt(nobos1, "%.3f") + " with 1 pinned token, the baseline at " + Fmt(base4, "%.3f") + " with 4 (" +
+         Fmt(sink_ppl(base, 1), "%.3f") + " with 1): " +
+         (one_sink_enough ? "1 sink token is enough" : "1 sink token is not enough") + " (rule: <= 1.02x).";
   r.summary = sum;
 
   // ---- Report.
@@ -649,6 +769,9 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
   r.html.AddSummaryFact("baseline ppl dense / window-only / window + token 0",
                         Fmt(base.stream.dense, "%.3f") + " / " + Fmt(base.stream.window, "%.3f") + " / " +
                             Fmt(base.stream.sink, "%.3f"));
+  r.html.AddSummaryFact("ppl with 1 sink (sink token, no BOS) / 4 sinks (baseline)",
+                        Fmt(nobos1, "%.3f") + " / " + Fmt(base4, "%.3f") + ": " +
+                            (one_sink_enough ? "1 sink token is enough" : "1 sink token is not enough"));
   if (std::isfinite(data.floor)) r.html.AddSummaryFact("task loss floor", Fmt(data.floor, "%.3f") + " nats");
 
   r.html.AddSection("variants", "Sinks and costs per variant");
@@ -670,8 +793,8 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
     bc.reference_lines.push_back({kSinkEps, "eps = 0.3"});
     bc.width = 900;
     r.html.AddFigure(report::RenderBarChart(bc),
-                     "alpha_1: mean attention of all queries on token 0 (BOS; the sink token for "
-                     "sink_token); alpha_2 the same on token 1 (where the sink moves when token 0 is "
+                     "alpha_1: mean attention of all queries on token 0 (BOS; the sink token for the "
+                     "sink_token variants); alpha_2 the same on token 1 (where the sink moves when token 0 is "
                      "masked).",
                      "fig-sink-bars");
     report::BarChart sp;
@@ -712,6 +835,28 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
     for (const VariantRun& run : runs) {
       if (!run.stream.note.empty()) r.html.AddNote(std::string(run.v->label) + ": " + run.stream.note);
     }
+  }
+  r.html.AddSection("sink-count", "Streaming with 1, 2 and 4 pinned tokens");
+  {
+    std::vector<std::vector<std::string>> rows;
+    for (const VariantRun& run : runs) {
+      if (run.stream.by_sinks.empty()) continue;
+      std::vector<std::string> row{run.v->label, Fmt(run.stream.dense, "%.3f"), Fmt(run.stream.window, "%.3f")};
+      for (const auto& [n, ppl] : run.stream.by_sinks) row.push_back(Fmt(ppl, "%.3f"));
+      rows.push_back(row);
+    }
+    std::vector<std::string> cols{"variant", "ppl dense", "ppl window-only (W = " + std::to_string(s.window) + ")"};
+    for (int64_t n : kSinkCounts) {
+      cols.push_back(std::to_string(n) + " sink" + (n == 1 ? "" : "s") + " + " + std::to_string(s.window - n));
+    }
+    r.html.AddTable(cols, rows,
+                    "Xiao et al. 2023, table 3: a model pre-trained with a sink token needs 1 pinned token "
+                    "where the vanilla model needs 4. S pinned tokens are the first S of the cache; for a "
+                    "sink-token model the first is its sink token (then the BOS, if trained with one).");
+    r.html.AddParagraph(std::string(one_sink_enough ? "Holds here" : "Does not hold here") +
+                        ": the sink-token model without BOS streams at " + Fmt(nobos1, "%.3f") +
+                        " with 1 pinned token against the baseline's " + Fmt(base4, "%.3f") +
+                        " with 4 (rule: at most 1.02x).");
   }
   r.html.AddSection("emergence", "Sink emergence during training");
   {
@@ -767,10 +912,12 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
           "init std 0.02; every variant from the same init seed, one change each.",
       "Training: AdamW lr " + Fmt(s.lr, "%g") + " (warmup " + std::to_string(s.steps / 20) +
           " steps, cosine to lr/10), weight decay 0.1, clip 1.0, batch " + std::to_string(s.batch) +
-          " x " + std::to_string(s.len) + " tokens, BOS first, the same batches for every variant.",
+          " x " + std::to_string(s.len) + " tokens, BOS first (not for 'sink token, no BOS'), the same "
+          "batches for every variant.",
       "Data: " + data.source + (std::isfinite(data.floor) ? "; loss floor " + Fmt(data.floor, "%.3f") + " nats" : ""),
       "Streaming: " + std::to_string(s.stream_segments) + " held-out segments of " +
-          std::to_string(s.len - 1) + " tokens after a BOS, one token at a time; window W = " +
+          std::to_string(s.len - 1) + " tokens after a BOS (none for 'sink token, no BOS'), one token "
+          "at a time, the first text token context only; window W = " +
           std::to_string(s.window) + " (the BOS leaves the window after " + std::to_string(s.window) +
           " tokens); 'token0+window' pins the first token (for sink_token: the sink token).",
   });

@@ -69,7 +69,8 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
     const float* logits = nullptr;
     if (cache) {
       ATTNLAB_RETURN_IF_ERROR(model.Forward(&stream[t], nullptr, 1, 1, nullptr, cache.get()));
-      logits = model.logits();
+      // The last row: a sink-token model's first step returns two (the sink token, then t).
+      logits = model.logits() + (model.last_len() - 1) * V;
     } else {
       // Recompute: re-encode the last W tokens ending at t (BOS first when the model uses one).
       window.clear();

@@ -10,6 +10,7 @@
 
 #include "model/gpt.h"
 #include "model/streaming_cache.h"
+#include "model/stream_eval.h"
 
 namespace attnlab {
 namespace {
@@ -271,6 +272,38 @@ TEST(StreamingKvCache, RefusesBadConfigurations) {
   const Status st = ValidateStreamingConfig(sc, learned);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("recompute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// Regression: a sink-token model's first cached step returns two rows (the prepended sink token,
+// then the token); the dense-policy streaming loss must score with the last row and so equal the
+// loss of one full forward over the same tokens.
+TEST(StreamEval, DenseStreamingOfASinkTokenModelEqualsAFullForward) {
+  for (bool sink_token : {false, true}) {
+    ModelConfig c = TinyRope();
+    c.sink_token = sink_token;
+    auto g = Gpt::Create(c);
+    ASSERT_TRUE(g.ok());
+    Gpt& gpt = *g.value();
+    gpt.params().Initialize(c, 5);
+    std::mt19937 rng(11);
+    std::vector<int32_t> tokens(40);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+    StreamEvalOptions o;
+    o.cache.policy = CachePolicy::kDense;
+    auto r = EvaluateStreaming(gpt, tokens, o);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    // Full forward: inputs tokens[0..n-2], targets tokens[1..n-1] (mean NLL over n - 1 tokens).
+    const int64_t T = static_cast<int64_t>(tokens.size()) - 1;
+    double loss = 0;
+    ASSERT_TRUE(gpt.Forward(tokens.data(), tokens.data() + 1, 1, T, &loss).ok());
+    EXPECT_NEAR(r.value().mean_loss, loss, 1e-5 * std::max(1.0, loss)) << "sink_token " << sink_token;
+  }
 }
 
 }  // namespace
