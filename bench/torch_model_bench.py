@@ -29,6 +29,9 @@ import torch.nn.functional as F
 PRESETS = {
     "small3m": dict(vocab=256, context=256, d_model=256, layers=4, heads=4, rope=True, batch=16,
                     seq_len=256),
+    # The embedded default model's shape (data/default-model; docs/DEFAULT_MODEL.md).
+    "default": dict(vocab=4353, context=256, d_model=256, layers=4, heads=16, rope=True, batch=16,
+                    seq_len=256),
     "gpt2-small": dict(vocab=50257, context=1024, d_model=768, layers=12, heads=12, rope=False,
                        batch=4, seq_len=256),
 }

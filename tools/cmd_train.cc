@@ -30,6 +30,7 @@ using nlohmann::json;
 struct TrainFlags {
   std::string config_file, data, out;
   bool resume = false;
+  int64_t stop_at = -1;  // stop after this step (the schedule still spans --steps); -1: at the end
   json model = json::object();  // flags given, as ModelConfig JSON keys
   json train = json::object();  // flags given, as training keys
 };
@@ -162,7 +163,11 @@ void Run(TrainFlags f) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();
-  Check(trainer.Run());
+  if (f.stop_at >= 0 && f.stop_at <= trainer.step()) {
+    throw CommandError("--stop-at " + std::to_string(f.stop_at) + " is not after the current step " +
+                       std::to_string(trainer.step()));
+  }
+  Check(trainer.Run(f.stop_at));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& h = trainer.history();
   double val = -1;
@@ -192,6 +197,10 @@ void RegisterTrainCommand(CLI::App& app) {
   cmd->add_option("--out", f->out, "checkpoint directory (written atomically)");
   cmd->add_option("--config", f->config_file, "JSON {\"model\": {...}, \"train\": {...}}");
   cmd->add_flag("--resume", f->resume, "continue the run saved in --out exactly");
+  cmd->add_option("--stop-at", f->stop_at,
+                  "stop (with a checkpoint) after this step; the learning-rate schedule still "
+                  "spans --steps, and --resume continues the same run")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   // Model flags map onto ModelConfig JSON keys.
   auto model_int = [&](const char* flag, const char* key, const char* help) {
     cmd->add_option_function<int64_t>(flag, [f, key](int64_t v) { f->model[key] = v; }, help);
