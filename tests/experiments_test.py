@@ -232,6 +232,165 @@ def sinks(cli, d):
           f"{sum(c['holds'] for c in rep['claims'])}/{len(rep['claims'])} claims hold")
 
 
+def sinks_and_collapse(cli, d):
+    """`experiment sinks-and-collapse --quick` (Bigram-Backcopy, no data needed)."""
+    out = os.path.join(d, "sinks_collapse")
+    args = ["experiment", "sinks-and-collapse", "--quick", "--seed", "1", "--threads", "2"]
+    p = run(cli, args + ["--out", out])
+    check("[sinks-and-collapse]" in p.stderr, "sinks-and-collapse: no progress lines on stderr")
+    rep, html = load_report(out, "sinks-and-collapse")
+    res = rep["results"]
+    H, eps = res["heads"], res["eps"]
+    by = {m["id"]: m for m in res["models"]}  # a model: the mean over its seeds' runs
+    runs = {r["id"]: r for r in res["runs"]}
+    check(len(by) == len(res["models"]) and len(runs) == len(res["runs"]) == len(by) * res["seeds"],
+          "sinks-and-collapse: duplicate or missing runs")
+    depth = [by[i] for i in res["depth_sweep"]]
+    ctx = [by[i] for i in res["context_sweep"]]
+    cmp = [by[i] for i in res["collapse_comparison"]]
+    check([r["layers"] for r in depth] == res["depths"] and all(r["seq_len"] == res["depth_len"] for r in depth),
+          f"sinks-and-collapse: depth sweep {[(r['layers'], r['seq_len']) for r in depth]}")
+    check([r["seq_len"] for r in ctx] == res["lens"] and all(r["layers"] == res["len_depth"] for r in ctx),
+          f"sinks-and-collapse: context sweep {[(r['layers'], r['seq_len']) for r in ctx]}")
+    # The same training tokens for every context length: batch * T is constant.
+    check(len({r["batch"] * r["seq_len"] for r in ctx}) == 1 and
+          ctx[0]["batch"] * ctx[0]["seq_len"] == res["tokens_per_step"], "sinks-and-collapse: tokens differ")
+    check([r["variant"] for r in cmp] == ["baseline", "mask_first_key", "softmax1", "sigmoid"] and
+          all(r["layers"] == res["collapse_depth"] for r in cmp),
+          f"sinks-and-collapse: collapse comparison {[r['id'] for r in cmp]}")
+    for m in res["models"]:
+        rs = [runs[i] for i in m["runs"]]
+        check(len(rs) == res["seeds"] and all(r["model"] == m["id"] for r in rs), f"{m['id']}: runs {m['runs']}")
+        for key in ("sink_rate", "mean_alpha1", "max_alpha1"):
+            check(abs(m["sinks"][key] - sum(r["sinks"][key] for r in rs) / len(rs)) < 1e-9,
+                  f"{m['id']}: {key} is not the mean over seeds")
+    for r in res["runs"]:
+        v = r["id"]
+        check(len(r["train_loss"]) == res["steps"] and all(math.isfinite(x) for x in r["train_loss"]),
+              f"sinks-and-collapse {v}: train_loss")
+        check(r["val_loss"] < r["init_val_loss"] - 1.0, f"sinks-and-collapse {v}: did not learn")
+        for key in ("sinks", "sinks_common"):
+            a = r[key]["alpha1"]
+            check(len(a) == r["layers"] and all(len(l) == H for l in a), f"{v}: {key} alpha1 shape")
+            flat = [x for l in a for x in l]
+            check(all(0 <= x <= 1 for x in flat), f"{v}: alpha_1 outside [0, 1]")
+            check(abs(r[key]["sink_rate"] - sum(x > eps for x in flat) / len(flat)) < 1e-12,
+                  f"{v}: {key} sink_rate disagrees with alpha1")
+            check(abs(r[key]["max_alpha1"] - max(flat)) < 1e-12, f"{v}: {key} max_alpha1")
+        T = r["seq_len"]
+        check(abs(r["sinks"]["uniform_alpha1"] - sum(1 / (t + 1) for t in range(T)) / T) < 1e-12,
+              f"{v}: uniform alpha_1")
+    for r in cmp:
+        v, L = r["id"], r["layers"]
+        c, pt = r["collapse"], r["perturbation"]
+        for col in ("relative_residual", "mean_cosine", "entropy"):
+            check(len(c[col]) == L + 1, f"{v}: {col} has {len(c[col])} depths")
+        check(all(x is not None and math.isfinite(x) for x in c["relative_residual"] + c["mean_cosine"]),
+              f"{v}: non-finite collapse metrics")
+        if r["variant"] != "sigmoid":
+            check(all(x is not None and 0 <= x <= 1.1 for x in c["entropy"][1:]), f"{v}: entropy {c['entropy']}")
+        # Causality and the embedding: replacing token p changes nothing before p, nothing
+        # but position p in the embedding, and the later tokens at the last layer.
+        check(pt["before_max"] == 0 and pt["embedding_max"] == 0 and pt["rel"][0] == 0 and pt["abs"][-1] > 0,
+              f"{v}: perturbation {pt}")
+    check(cmp[1]["sinks"]["max_alpha1"] == 0 and cmp[1]["sinks_common"]["max_alpha1"] == 0,
+          "sinks-and-collapse: mask_first_key attends to token 0")
+    base = cmp[0]
+    check(base["sinks"]["max_alpha1"] > 2 * base["sinks"]["uniform_alpha1"],
+          "sinks-and-collapse: the baseline does not prefer token 0")
+    # The claims' verdicts, recomputed from the numbers.
+    inc = lambda v: all(b >= a for a, b in zip(v, v[1:])) and v[-1] > v[0]
+    claims = {c["name"]: c["holds"] for c in rep["claims"]}
+    sk = lambda runs, k: [r["sinks"][k] for r in runs]
+    check(claims["deeper models have stronger sinks"] ==
+          (inc(sk(depth, "sink_rate")) and inc(sk(depth, "mean_alpha1"))), "depth claim disagrees")
+    check(claims["longer training context strengthens sinks"] ==
+          (inc(sk(ctx, "sink_rate")) and inc(sk(ctx, "mean_alpha1"))), "context claim disagrees")
+    rel = lambda r: r["perturbation"]["rel"][-1]
+    check(claims["models whose attention cannot form a first-token sink mix more"] ==
+          all(rel(r) > rel(base) for r in cmp[1:]), "mixing claim disagrees")
+    last = lambda r, k: r["collapse"][k][-1]
+    check(claims["models whose attention cannot form a first-token sink are closer to collapse"] ==
+          all(last(r, "relative_residual") < last(base, "relative_residual") and
+              last(r, "mean_cosine") > last(base, "mean_cosine") for r in cmp[1:]), "collapse claim disagrees")
+    for f in ('id="depth"', 'id="context"', 'id="collapse"', "fig-depth", "fig-context", "fig-rr",
+              "fig-cosine", "fig-entropy", "fig-perturbation", 'id="claims"'):
+        check(f in html, f"sinks-and-collapse: report.html lacks {f!r}")
+    # Deterministic under --seed (timings aside).
+    out2 = os.path.join(d, "sinks_collapse2")
+    run(cli, args + ["--out", out2])
+    rep2 = json.load(open(os.path.join(out2, "report.json")))
+    strip = lambda res: [{k: x for k, x in r.items() if k != "seconds"} for r in res["runs"] + res["models"]]
+    check(strip(rep2["results"]) == strip(res) and rep2["summary"] == rep["summary"],
+          "sinks-and-collapse is not reproducible under the same --seed")
+    print(f"ok: sinks-and-collapse --quick ({rep['seconds']:.1f} s, reproducible): {len(rep['checks'])} checks, "
+          f"{sum(c['holds'] for c in rep['claims'])}/{len(rep['claims'])} claims hold")
+
+
+def heads(cli, d):
+    """`experiment heads --quick`: head importance and pruning (Michel et al. 2019) on the
+    default model (2 + 2 short windows of data/sample.txt), or a tiny random-init model when the
+    checkout has no default model."""
+    out = os.path.join(d, "heads")
+    p = run(cli, ["experiment", "heads", "--quick", "--seed", "1", "--out", out, "--threads", "2"])
+    check("[heads]" in p.stderr, "heads: no progress lines on stderr")
+    rep, html = load_report(out, "heads")
+    res = rep["results"]
+    for fig in ("fig-pruning", "fig-importance", "fig-similarity"):
+        check(f'id="{fig}"' in html, f"heads: report.html lacks {fig}")
+    check(res["model_kind"] in ("default", "random-init"), f"heads: model_kind {res['model_kind']}")
+    L, H = res["layers"], res["heads"]
+    n = L * H
+    imp, norm = res["importance"], res["importance_normalized"]
+    check(len(imp) == L and all(len(r) == H for r in imp), "heads: importance is not [layers][heads]")
+    check(all(x is not None and x >= 0 for r in imp for x in r), "heads: negative or missing importance")
+    for l in range(L):  # Michel et al.'s per-layer l2 normalisation, recomputed
+        s = math.sqrt(sum(x * x for x in imp[l]))
+        check(all(abs(norm[l][h] - imp[l][h] / s) < 1e-9 for h in range(H)),
+              f"heads: layer {l} normalised importance disagrees with importance")
+    order = res["importance_order"]
+    flat = [norm[i // H][i % H] for i in order]
+    check(sorted(order) == list(range(n)) and flat == sorted(flat),
+          "heads: importance_order is not the heads sorted by normalised importance")
+    ks = res["k"]
+    check(ks[0] == 0 and ks[-1] == n and ks == sorted(set(ks)) and res["k20"] in ks and res["k40"] in ks,
+          f"heads: bad k grid {ks}")
+    curves = [res["loss_importance"]] + res["loss_random"]
+    raw = res["loss_raw_importance"]
+    check(len(raw) == len(ks) and raw[0] == res["base_loss"] and raw[-1] == curves[0][-1],
+          "heads: the raw-importance curve does not start at the unpruned loss / end at all-pruned")
+    check(len(res["loss_random"]) >= 2 and all(len(c) == len(ks) for c in curves),
+          "heads: pruning curves do not match the k grid")
+    check(all(c[0] == res["base_loss"] for c in curves), "heads: k = 0 is not the unpruned model")
+    check(all(math.isfinite(c[-1]) and c[-1] == curves[0][-1] for c in curves),
+          "heads: pruning every head depends on the order or is not finite")
+    mean = [sum(c[i] for c in res["loss_random"]) / len(res["loss_random"]) for i in range(len(ks))]
+    check(all(abs(a - b) < 1e-9 for a, b in zip(mean, res["loss_random_mean"])), "heads: random mean")
+    base = res["base_loss"]
+    d20 = curves[0][ks.index(res["k20"])] - base
+    d40 = curves[0][ks.index(res["k40"])] - base
+    check(abs(d20 - res["delta20"]) < 1e-12 and abs(d40 - res["delta40"]) < 1e-12, "heads: deltas")
+    claims = {c["name"]: c for c in rep["claims"]}
+    check(claims["20% of heads can be pruned with little loss"]["holds"] == (d20 < res["threshold_nats"]),
+          "heads: the 20% claim's verdict disagrees with the numbers")
+    check(claims["40% of heads can be pruned with little loss"]["holds"] == (d40 < res["threshold_nats"]),
+          "heads: the 40% claim's verdict disagrees with the numbers")
+    inner = [i for i, k in enumerate(ks) if 0 < k < n]
+    wins = sum(curves[0][i] < mean[i] for i in inner)
+    area = sum(curves[0][i] - mean[i] for i in inner)
+    check(claims["importance order beats random order"]["holds"] == (4 * wins >= 3 * len(inner) and area < 0),
+          "heads: the importance-vs-random claim's verdict disagrees with the numbers")
+    sim = res["similarity"]
+    check(len(sim["jsd_mean_per_layer"]) == L and
+          all(0 <= x <= 1 for x in sim["jsd_mean_per_layer"] + sim["cka_mean_per_layer"]),
+          "heads: per-layer JS distance / CKA outside [0, 1]")
+    p2 = run(cli, ["experiment", "heads", "--quick", "--seed", "1", "--out", out + "2", "--threads", "2"])
+    rep2 = json.load(open(os.path.join(out + "2", "report.json")))
+    check(rep2["results"] == res and rep2["summary"] == rep["summary"], "heads: not reproducible")
+    print(f"ok: heads --quick ({rep['seconds']:.1f} s, {res['model_kind']} model): "
+          f"{len(rep['checks'])} checks, {d20:+.4f} / {d40:+.4f} nats at 20% / 40% pruned")
+
+
 def bad_inputs(cli, d):
     run(cli, ["experiment", "no-such-experiment", "--quick", "--out", os.path.join(d, "x")],
         expect_ok=False, needle="no-such-experiment")
@@ -251,6 +410,8 @@ def main():
         collapse_depth(cli, d)
         collapse_training(cli, d)
         sinks(cli, d)
+        heads(cli, d)
+        sinks_and_collapse(cli, d)
     print("all experiment checks passed")
 
 

@@ -90,7 +90,9 @@ void RegisterExperimentCommand(CLI::App& app) {
   cmd->add_flag("--quick", f->quick, "the small CI size (seconds)");
   cmd->add_option("--seed", f->seed, "seed of every random choice (1)");
   cmd->add_option("--out", f->out, "report directory (experiments/<name>)");
-  cmd->add_option("--data", f->data, "data directory (attnlab prepare) for training experiments");
+  cmd->add_option("--data", f->data,
+                  "input of the experiment: a data directory (attnlab prepare) for the training "
+                  "experiments, a model directory for heads");
   cmd->add_option("--threads", f->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   cmd->callback([f] { Run(*f); });

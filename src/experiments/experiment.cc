@@ -21,6 +21,8 @@ const std::vector<Experiment>& AllExperiments() {
       CollapseDepthExperiment(),
       CollapseTrainingExperiment(),
       SinksExperiment(),
+      HeadsExperiment(),
+      SinksCollapseExperiment(),
   };
   return all;
 }

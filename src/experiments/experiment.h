@@ -82,6 +82,8 @@ const Experiment* FindExperiment(std::string_view name);
 Experiment CollapseDepthExperiment();     // collapse_depth.cc
 Experiment CollapseTrainingExperiment();  // collapse_training.cc
 Experiment SinksExperiment();  // sinks.cc
+Experiment HeadsExperiment();  // heads.cc
+Experiment SinksCollapseExperiment();  // sinks_collapse.cc
 
 // report.json (schema above) and report.html (with a "Checks" and a "Claims" section appended)
 // into options.out_dir.
