@@ -560,7 +560,7 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
         } else {
           const double m2 = RowMax(t.data(), ld);
           for (int64_t j = 0; j < nc; ++j) {
-            if (t[j] == kNegInf) continue;  // q = 0, log 0 (placeholder)
+            if (t[j] == kNegInf) continue;  // masked key: q and log q keep their zero fill (no weight)
             const double u = static_cast<double>(t[j]) - m2;
             qh[j] = std::exp2(u);
             lh[j] = u * kLn2;
