@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "attnlab/thread_pool.h"
 #include "commands.h"
@@ -23,6 +25,8 @@ int RunCli(int argc, char** argv) {
   RegisterMemoryCommand(app);
   RegisterBenchCommand(app);
   RegisterBenchModelCommand(app);
+  RegisterBenchDecodeCommand(app);
+  RegisterBenchSuiteCommand(app);
   RegisterTokenizeCommand(app);
   RegisterPrepareCommand(app);
   RegisterTrainCommand(app);
@@ -33,17 +37,27 @@ int RunCli(int argc, char** argv) {
   RegisterStreamCommand(app);
   RegisterAnalyzeCommand(app);
   RegisterExperimentCommand(app);
+  auto name = [&] {
+    return app.get_subcommands().empty() ? std::string("attnlab")
+                                         : "attnlab " + app.get_subcommands()[0]->get_name();
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the problem (or the help, which is a "success" with code 0); its own exit
+    // codes (101-115) are folded into 2, the usage-error code documented above.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const CommandError& e) {
-    const std::string name =
-        app.get_subcommands().empty() ? "attnlab" : "attnlab " + app.get_subcommands()[0]->get_name();
-    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+    std::fprintf(stderr, "%s: error: %s\n", name().c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "%s: error: out of memory: an allocation failed (sizes too large for this "
+                 "machine's memory? try smaller sizes)\n",
+                 name().c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", name().c_str(), e.what());
     return 1;
   }
   return 0;

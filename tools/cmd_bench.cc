@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_attention.h"
 #include "bench_util.h"
 #include "commands.h"
 
@@ -304,6 +305,55 @@ void RunBenchAttention(const BenchOptions& o) {
 }
 
 }  // namespace
+
+std::vector<bench::TableRow> AttentionTableRows(const AttentionShape& s, bool causal,
+                                                bool backward, int repeats) {
+  BenchOptions o;
+  o.causal = causal;
+  o.backward = backward;
+  o.no_reference = true;
+  o.repeats = repeats;
+  AttentionMask mask;
+  mask.causal = causal;
+  std::vector<bench::TableRow> out;
+  for (const Row& r : BenchShape(s, mask, SoftmaxKind::kStandard, o)) {
+    if (r.kernel == "ref_fwd") continue;
+    bench::TableRow t;
+    t.kernel = r.kernel;
+    t.shape = r.shape;
+    t.time_ms = r.time_ms;
+    t.rate = r.Gflops();
+    t.unit = "GFLOP/s";
+    if (r.kernel != "sgemm_qk") {
+      t.baseline = "sgemm_qk";
+      t.ratio = r.ratio;
+    }
+    for (const bench::Check& c : r.checks) {  // the worst check against the reference
+      if (c.name.find("reference") == std::string::npos) continue;
+      if (t.tol < 0 || c.max_err / c.tol > t.max_err / t.tol) {
+        t.max_err = c.max_err;
+        t.tol = c.tol;
+      }
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+bench::TableRow SgemmPeakRow(int repeats) {
+  bench::MatchOneDnnThreads();
+  bench::SquareSgemm peak(kPeakN);
+  bench::TableRow r;
+  r.kernel = "sgemm_peak";
+  r.shape = std::to_string(kPeakN) + "^3";
+  r.time_ms = bench::MedianMs(repeats, [&] {
+    if (peak.Run() != dnnl_success) throw CommandError("dnnl_sgemm failed (square peak)");
+  });
+  r.rate = peak.Flops() / (r.time_ms * 1e6);
+  r.unit = "GFLOP/s";
+  r.note = "oneDNN, the practical fp32 peak";
+  return r;
+}
 
 void RegisterBenchCommand(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "validate and time kernels against baselines");

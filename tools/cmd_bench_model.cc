@@ -34,6 +34,7 @@ struct BenchModelOptions {
   std::vector<std::string> presets;
   int64_t layers = 0, d_model = 0, heads = 0, vocab = 0, context = 0, batch = 0, seq_len = 0;
   int64_t steps = 5, prefill = 0, decode = 64;
+  std::string kv_dtype = "f32";
   bool json = false;
 };
 
@@ -105,15 +106,43 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
     throw CommandError("--prefill + --decode must fit the context of " + std::to_string(s.config.context));
   }
   const ModelConfig& c = s.config;
-  DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
-  const auto p0 = std::chrono::steady_clock::now();
-  Check(gpt.Forward(x.data(), nullptr, 1, P, nullptr, &cache));
-  const auto p1 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < o.decode; ++i) {
-    const int32_t next = x[(P + i) % x.size()];
-    Check(gpt.Forward(&next, nullptr, 1, 1, nullptr, &cache));
+  Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
+  Check(kv_dtype.status(), "--kv-dtype");
+  // The fp32 cache always runs (the reference); a 16-bit cache runs after it on the same tokens
+  // and reports its own decode speed and max |logit - fp32 cache's logit| over the decoded steps.
+  struct Timed {
+    double prefill_s = 0, decode_s = 0;
+    std::vector<float> logits;  // last position of each decode step
+  };
+  auto infer = [&](KvDtype dtype) {
+    auto made = MakeKvCache(c, dtype);
+    Check(made.status(), "--kv-dtype");
+    std::unique_ptr<KvCache> cache = std::move(made).value();
+    Timed t;
+    const auto p0 = std::chrono::steady_clock::now();
+    Check(gpt.Forward(x.data(), nullptr, 1, P, nullptr, cache.get()));
+    const auto p1 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.decode; ++i) {
+      const int32_t next = x[(P + i) % x.size()];
+      Check(gpt.Forward(&next, nullptr, 1, 1, nullptr, cache.get()));
+      if (dtype != KvDtype::kF32 || *kv_dtype != KvDtype::kF32) {
+        t.logits.insert(t.logits.end(), gpt.logits(), gpt.logits() + V);
+      }
+    }
+    t.prefill_s = Seconds(p0, p1);
+    t.decode_s = Seconds(p1, std::chrono::steady_clock::now());
+    return t;
+  };
+  const Timed f32 = infer(KvDtype::kF32);
+  Timed half;
+  double logit_err = 0, logit_max = 0;
+  if (*kv_dtype != KvDtype::kF32) {
+    half = infer(*kv_dtype);
+    for (size_t i = 0; i < f32.logits.size(); ++i) {
+      logit_err = std::max(logit_err, double(std::abs(half.logits[i] - f32.logits[i])));
+      logit_max = std::max(logit_max, double(std::abs(f32.logits[i])));
+    }
   }
-  const auto p2 = std::chrono::steady_clock::now();
   nlohmann::ordered_json j;
   j["shape"] = s.name;
   j["params"] = ModelParameterCount(c);
@@ -123,9 +152,16 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
   j["train_step_s"] = step;
   j["train_tokens_per_s"] = B * T / step;
   j["prefill_tokens"] = P;
-  j["prefill_tokens_per_s"] = P / Seconds(p0, p1);
+  j["prefill_tokens_per_s"] = P / f32.prefill_s;
   j["decode_tokens"] = o.decode;
-  j["decode_tokens_per_s"] = o.decode > 0 ? o.decode / Seconds(p1, p2) : 0.0;
+  j["decode_tokens_per_s"] = o.decode > 0 ? o.decode / f32.decode_s : 0.0;
+  if (*kv_dtype != KvDtype::kF32) {
+    const std::string d(KvDtypeName(*kv_dtype));
+    j["kv_dtype"] = d;
+    j["decode_tokens_per_s_" + d] = o.decode > 0 ? o.decode / half.decode_s : 0.0;
+    j["max_logit_err_" + d] = logit_err;
+    j["max_abs_logit"] = logit_max;
+  }
   return j;
 }
 
@@ -163,9 +199,16 @@ void RunAll(const BenchModelOptions& o) {
     if (!o.json) {
       char bs[32];
       std::snprintf(bs, sizeof bs, "%ld x %ld", static_cast<long>(s.batch), static_cast<long>(s.seq_len));
-      std::printf("%-12s %8.1fM %14s %14.0f %16.0f %15.1f\n", s.name.c_str(),
+      std::printf("%-12s %8.1fM %14s %14.0f %16.0f %15.1f", s.name.c_str(),
                   j["params"].get<double>() / 1e6, bs, j["train_tokens_per_s"].get<double>(),
                   j["prefill_tokens_per_s"].get<double>(), j["decode_tokens_per_s"].get<double>());
+      if (j.contains("kv_dtype")) {
+        const std::string d = j["kv_dtype"];
+        std::printf("   %s cache: decode %.1f tok/s, max |logit diff| %.2e (max |logit| %.2f)",
+                    d.c_str(), j["decode_tokens_per_s_" + d].get<double>(),
+                    j["max_logit_err_" + d].get<double>(), j["max_abs_logit"].get<double>());
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
     all.push_back(j);
@@ -191,6 +234,8 @@ void RegisterBenchModelCommand(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "timed training steps (5)")->check(CLI::Range(1, 100000));
   cmd->add_option("--prefill", o->prefill, "prefill tokens (default: min(context - decode, 512))");
   cmd->add_option("--decode", o->decode, "decoded tokens (64)")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--kv-dtype", o->kv_dtype,
+                  "also decode with a bf16 or f16 KV cache: its speed and logit error (f32)");
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] { RunAll(*o); });
 }

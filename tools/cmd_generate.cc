@@ -23,6 +23,7 @@ namespace {
 struct GenerateOptions {
   std::string model, tokenizer, prompt, policy = "dense";
   int64_t max_tokens = 200, sinks = 4, window = 0;
+  std::string kv_dtype = "f32";
   SamplerConfig sampler{0.8f, 40, 0.95f, 1};
 };
 
@@ -47,6 +48,12 @@ void Run(const GenerateOptions& o) {
     throw CommandError("--policy recompute is an evaluation baseline (attnlab stream), not a cache");
   }
   const bool bounded = policy.value() != CachePolicy::kDense;
+  Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
+  Check(kv_dtype.status(), "--kv-dtype");
+  if (bounded && *kv_dtype != KvDtype::kF32) {
+    throw CommandError("--kv-dtype " + o.kv_dtype + " needs --policy dense (the streaming caches "
+                       "hold fp32)");
+  }
   std::unique_ptr<KvCache> cache;
   int64_t step_max = static_cast<int64_t>(ids.size());  // prompt tokens per prefill step
   if (bounded) {
@@ -63,7 +70,9 @@ void Run(const GenerateOptions& o) {
                          " tokens; the model's context is " + std::to_string(c.context) +
                          " (use --policy sink for unlimited length)");
     }
-    cache = MakeKvCache(c);  // linear attention: its running state
+    auto made = MakeKvCache(c, *kv_dtype);  // linear attention: its running state
+    Check(made.status(), "--kv-dtype");
+    cache = std::move(made).value();
   }
   const int64_t n_new =
       bounded ? o.max_tokens
@@ -121,6 +130,8 @@ void RegisterGenerateCommand(CLI::App& app) {
   cmd->add_option("--seed", o->sampler.seed, "sampling seed (1)");
   cmd->add_option("--policy", o->policy, "KV cache: dense (default), window, sink (no length limit)");
   cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
+  cmd->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache storage: f32 (default), bf16 or f16 (--policy dense)");
   cmd->add_option("--window", o->window, "tokens the cache holds, sinks included (default: context)");
   cmd->callback([o] { Run(*o); });
 }

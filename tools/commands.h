@@ -27,6 +27,8 @@ void RegisterAttentionCommand(CLI::App& app);  // cmd_attention.cc
 void RegisterMemoryCommand(CLI::App& app);     // cmd_memory.cc
 void RegisterBenchCommand(CLI::App& app);      // cmd_bench.cc
 void RegisterBenchModelCommand(CLI::App& app); // cmd_bench_model.cc (after RegisterBenchCommand)
+void RegisterBenchDecodeCommand(CLI::App& app); // cmd_bench_decode.cc (after RegisterBenchCommand)
+void RegisterBenchSuiteCommand(CLI::App& app);  // cmd_bench_suite.cc (after RegisterBenchCommand)
 void RegisterTokenizeCommand(CLI::App& app);   // cmd_tokenize.cc
 void RegisterPrepareCommand(CLI::App& app);    // cmd_prepare.cc
 void RegisterTrainCommand(CLI::App& app);      // cmd_train.cc

@@ -20,6 +20,15 @@
 //     reads the forward's fp32 out and den and makes two sweeps: twice that.
 //     For the largest case here (len 1025, head_dim 128), sqrt(n) = 34, so (2) allows
 //     2.2e-5 M per form; (1) asks for less, which the measured errors (printed) meet with room.
+// (3) Underflow. The relative model (2) holds only for normal numbers: phi(x) = exp(x) for
+//     x < -87 is subnormal or flushed to zero in fp32 (absolute error up to 2^-126 = F), so a
+//     state entry or a weight built only from such terms can be wrong by 100% of its (tiny)
+//     magnitude: at input scale 30 this happens (it broke (2) by 2.6e4x before this term).
+//     To first order each phi value's extra error F reaches an output through at most
+//     `depth` products with the other factors (phi <= P = 1 + max|input|, |v| <= Vmax,
+//     |dO| <= Gmax) and at most one division by den + eps >= eps, and the backward's second
+//     such division: atol = F depth P^2 max(1, Vmax) max(1, Gmax) / eps^2. It is ~1e-20 for
+//     the cases here, so it only ever excuses subnormal-scale quantities.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,11 +118,8 @@ void MakeRandomCase(std::mt19937_64& rng, LinearCase& c, double max_work) {
   }
   c.params.chunk = Pick(rng, {1, 3, 16, 17, 32, 64, 64, 100, 1024});
   const double r = u01(rng);
-  // Large inputs: phi(x) = x + 1 grows and exp(x) underflows for very negative x.
-  // TODO(issue 7): at input scale 30 the chunked state and the gradients exceed the derived
-  // tolerance (ratios 1.4 to 2.6e4 measured); until the bound (or the kernel) is fixed the random
-  // configurations stop at scale 4.
-  c.input_scale = r < 0.25 ? 4.0 : 1.0;
+  // Large inputs: phi(x) = x + 1 grows and exp(x) underflows for very negative x ((3) above).
+  c.input_scale = r < 0.1 ? 30.0 : r < 0.3 ? 4.0 : 1.0;
   Fill(rng, c, static_cast<Layout>(Pick(rng, {0, 1, 2})));
   if (u01(rng) < 0.3) AddPrefixState(rng, c, Pick(rng, {1, 5, 70}));
 }
@@ -124,6 +130,7 @@ struct LinearTruth {
   std::vector<double> den, state;
   double vmax = 0;
   int64_t depth = 0;  // n of the header comment
+  double atol = 0;    // (3) of the header comment
 };
 
 // Magnitudes of the backward: the reference's recurrences with |v'| . |dn'| in place of
@@ -208,6 +215,12 @@ void ComputeTruth(const LinearCase& c, bool with_backward, LinearTruth& t) {
   // |O| <= the largest |value| averaged, including a prefix's (m_out is that average of |v|).
   t.vmax = std::max({v.MaxAbs(), t.m_out.MaxAbs(), 1e-30});
   t.depth = s.len_q + s.head_dim + 1;
+  {
+    const double p = 1 + std::max({q.MaxAbs(), k.MaxAbs(), 0.0});
+    const double gmax = c.dout.data.empty() ? 1.0 : std::max(1.0, double(c.dout.MaxAbs()));
+    const double kFlush = std::ldexp(1.0, -126);
+    t.atol = kFlush * double(t.depth) * p * p * std::max(1.0, t.vmax) * gmax / (eps * eps);
+  }
   if (!with_backward) return;
   const Tensor4<double> dout = c.dout.Cast<double>();
   for (auto* g : {&t.dq, &t.m_dq}) g->Init(s.batch, s.heads_q, s.len_q, s.head_dim, lay);
@@ -224,7 +237,7 @@ double Tol(const LinearTruth& t) { return (kLambda * std::sqrt(double(t.depth)) 
 // max |got - truth| / (tol * M + tiny); <= 1 passes. A non-finite value fails.
 template <typename A>
 double Ratio(const Tensor4<A>& got, const Tensor4<double>& truth, const Tensor4<double>& mag,
-             double tol) {
+             double tol, double atol) {
   double worst = 0;
   got.ForEach([&](int64_t b, int64_t h, int64_t i, int64_t d) {
     const double g = static_cast<double>(got.at(b, h, i, d));
@@ -233,7 +246,7 @@ double Ratio(const Tensor4<A>& got, const Tensor4<double>& truth, const Tensor4<
       return;
     }
     const double err = std::abs(g - truth.at(b, h, i, d));
-    worst = std::max(worst, err / (tol * mag.at(b, h, i, d) + 1e-300));
+    worst = std::max(worst, err / (tol * mag.at(b, h, i, d) + atol + 1e-300));
   });
   return worst;
 }
@@ -267,11 +280,11 @@ double MaxAbsDiff(const Tensor4<float>& a, const Tensor4<float>& b) {
 // Relative agreement of den and the final state with the truth: both are sums of positive
 // terms (den, z) or bounded by the sums of |terms| (S), so relative to the matching magnitude.
 double StateRatio(const std::vector<float>& got, const std::vector<double>& truth,
-                  const std::vector<double>& mag, double tol) {
+                  const std::vector<double>& mag, double tol, double atol) {
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!std::isfinite(got[i])) return INFINITY;
-    worst = std::max(worst, std::abs(got[i] - truth[i]) / (tol * mag[i] + 1e-300));
+    worst = std::max(worst, std::abs(got[i] - truth[i]) / (tol * mag[i] + atol + 1e-300));
   }
   return worst;
 }
@@ -316,9 +329,9 @@ TEST(LinearAttention, RecurrentAndChunkedAgreeOnRandomConfigs) {
     const std::vector<double> m_state = StateMagnitude(c);
     std::vector<double> m_den(t.den);  // den is a sum of positive terms: its own magnitude
     for (const Outputs* o : {&rec, &chk}) {
-      const double r_out = Ratio(o->out, t.out, t.m_out, tol);
-      const double r_den = StateRatio(o->den, t.den, m_den, tol);
-      const double r_state = StateRatio(o->state, t.state, m_state, tol);
+      const double r_out = Ratio(o->out, t.out, t.m_out, tol, t.atol);
+      const double r_den = StateRatio(o->den, t.den, m_den, tol, t.atol);
+      const double r_state = StateRatio(o->state, t.state, m_state, tol, t.atol);
       EXPECT_LE(r_out, 1.0) << (o == &rec ? "recurrent" : "chunked") << " out";
       EXPECT_LE(r_den, 1.0) << (o == &rec ? "recurrent" : "chunked") << " den";
       EXPECT_LE(r_state, 1.0) << (o == &rec ? "recurrent" : "chunked") << " state";
@@ -348,7 +361,7 @@ TEST(LinearAttention, EveryChunkSizeAgreesWithTheRecurrentForm) {
       const Outputs chk = RunForward(c, Form::kChunked);
       const double pair = MaxAbsDiff(rec.out, chk.out) / t.vmax;
       EXPECT_LE(pair, 1e-5);
-      EXPECT_LE(Ratio(chk.out, t.out, t.m_out, Tol(t)), 1.0);
+      EXPECT_LE(Ratio(chk.out, t.out, t.m_out, Tol(t), t.atol), 1.0);
       worst = std::max(worst, pair);
     }
   }
@@ -388,7 +401,7 @@ TEST(LinearAttention, ChunkedBackwardMatchesTheDoubleTwin) {
          {std::tuple{"dq", &dq, &t.dq, &t.m_dq}, {"dk", &dk, &t.dk, &t.m_dk},
           {"dv", &dv, &t.dv, &t.m_dv}, {"dq (recurrent)", &dq_r, &t.dq, &t.m_dq},
           {"dk (recurrent)", &dk_r, &t.dk, &t.m_dk}, {"dv (recurrent)", &dv_r, &t.dv, &t.m_dv}}) {
-      const double r = Ratio(*got, *truth, *mag, tol);
+      const double r = Ratio(*got, *truth, *mag, tol, t.atol);
       EXPECT_LE(r, 1.0) << name;
       worst = std::max(worst, r);
     }

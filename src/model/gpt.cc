@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnlab/attention.h"
+#include "attnlab/attention_decode.h"
 #include "attnlab/linear_attention.h"
 #include "attnlab/thread_pool.h"
 #include "engine/gemm.h"
@@ -283,6 +284,20 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       ATTNLAB_RETURN_IF_ERROR(kernel(shape, lap, Const(views.q), k_all, v_all,
                                      TokenMajorView(att, B, H, Tm, hd),
                                      std::span<float>(lse, N * H), state, state));
+    } else if (cache && !k_all.data) {
+      // A 16-bit cache's one-token step (kv_cache.h): attend over its own storage. B = T = 1,
+      // so q is the [H, hd] head rows of the token and att its [H, hd] output.
+      KvView kh, vh;
+      int64_t n = 0;
+      if (!cache->DecodeViews(l, &kh, &vh, &n)) {
+        return Status::Internal("the KV cache handed out no keys and has no decode views");
+      }
+      DecodeParams dp;
+      dp.pool = &tp;
+      ATTNLAB_RETURN_IF_ERROR(AttentionDecode(DecodeShape{H, Hkv, n, hd}, dp,
+                                              std::span<const float>(views.q.data, H * hd), kh,
+                                              vh, std::span<float>(att, H * hd),
+                                              std::span<float>(lse, H)));
     } else {
       if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
       ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(shape, ap, Const(views.q), k_all, v_all,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnlab/attention.h"
+#include "attnlab/attention_decode.h"
 #include "attnlab/model_config.h"
 #include "attnlab/rope.h"
 #include "attnlab/status.h"
@@ -38,6 +39,13 @@ class KvCache {
   virtual void EndStep() = 0;
   // Bytes held by the cache (for memory reports).
   virtual int64_t bytes() const = 0;
+  // 16-bit caches (HalfKvCache): on a one-token step Update stores the token and hands out
+  // EMPTY views (data == nullptr); the model then attends with AttentionDecode over these views
+  // of every token held, in the cache's dtype. false for caches that always hand out fp32 views.
+  virtual bool DecodeViews(int64_t layer, KvView* k, KvView* v, int64_t* len_k) const {
+    (void)layer, (void)k, (void)v, (void)len_k;
+    return false;
+  }
 };
 
 // Keeps every token: position = index in the sequence, keys rotated once on insertion.
@@ -85,6 +93,40 @@ class LinearAttentionCache : public KvCache {
   int64_t size_ = 0, pending_ = 0;
   std::vector<std::vector<float>> states_;
 };
+
+// Keeps every token like DenseKvCache, in bf16 or fp16 (half the bytes per decode step and half
+// the memory; attention_decode.h). Keys are rotated in fp32 at insertion, then rounded. A
+// one-token step leaves the attention to AttentionDecode (KvCache::DecodeViews); a longer step
+// (prefill) gets fp32 views of the whole cache converted back, so prefill and decode attend to
+// the same rounded values. Only plain causal softmax attention can use it
+// (CheckHalfKvCacheSupported): the decode kernel has no window, sink or first-key masks.
+class HalfKvCache : public KvCache {
+ public:
+  HalfKvCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim, KvDtype dtype);
+  int64_t size() const override { return size_; }
+  Status BeginStep(int64_t T, std::vector<int64_t>* positions) override;
+  Status Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                int64_t* len_k) override;
+  void EndStep() override;
+  int64_t bytes() const override;
+  bool DecodeViews(int64_t layer, KvView* k, KvView* v, int64_t* len_k) const override;
+  KvDtype dtype() const { return dtype_; }
+
+ private:
+  void Grow(int64_t needed);
+  int64_t n_layer_, kv_heads_, head_dim_;
+  KvDtype dtype_;
+  int64_t size_ = 0, pending_ = 0, capacity_ = 0;
+  std::vector<std::vector<uint16_t>> k_, v_;  // per layer [kv_heads, capacity, head_dim]
+  std::vector<float> k32_, v32_, rot_;          // scratch: fp32 copies for prefill, new keys
+};
+
+// OK when `c` can decode with a HalfKvCache; else why not.
+Status CheckHalfKvCacheSupported(const ModelConfig& c);
+
+// A cache in `dtype` for `c`: MakeKvCache(c) for f32, else a HalfKvCache (checked).
+Result<std::unique_ptr<KvCache>> MakeKvCache(const ModelConfig& c, KvDtype dtype);
 
 // The cache a model decodes with when no streaming policy is asked for: LinearAttentionCache for
 // attention_type linear, DenseKvCache otherwise.

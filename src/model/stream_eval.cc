@@ -4,18 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <unistd.h>
+
+#include "core/process_memory.h"
 
 namespace attnlab {
-
-int64_t ResidentBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  long pages = 0, resident = 0;
-  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
-  std::fclose(f);
-  return n == 2 ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
-}
 
 namespace {
 

@@ -51,9 +51,6 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
                                            const StreamEvalOptions& options,
                                            const std::function<void(const StreamChunk&)>& on_chunk = {});
 
-// Current resident set size of this process, in bytes (from /proc/self/statm).
-int64_t ResidentBytes();
-
 }  // namespace attnlab
 
 #endif  // ATTNLAB_MODEL_STREAM_EVAL_H_

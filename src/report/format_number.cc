@@ -92,4 +92,15 @@ std::string FormatPercent(double fraction, int decimals) {
   return FormatFixed(fraction * 100.0, decimals) + "%";
 }
 
+std::string FormatBytes(double bytes) {
+  if (!std::isfinite(bytes) || bytes < 0) return FormatSignificant(bytes, 3);
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1023.5 && u < 6) {  // 1023.5 so that rounding never prints "1024 KiB"
+    bytes /= 1024.0;
+    ++u;
+  }
+  return FormatSignificant(bytes, 3) + " " + kUnits[u];
+}
+
 }  // namespace attnlab::report

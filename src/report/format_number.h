@@ -25,6 +25,10 @@ std::string FormatCoordinate(double v);
 // A percentage of a fraction: FormatPercent(0.1234, 1) == "12.3%".
 std::string FormatPercent(double fraction, int decimals = 1);
 
+// A byte count in binary units with 3 significant digits: "512 B", "1.5 KiB", "4 GiB",
+// "256 GiB". Negative or non-finite: as FormatSignificant.
+std::string FormatBytes(double bytes);
+
 }  // namespace attnlab::report
 
 #endif  // ATTNLAB_REPORT_FORMAT_NUMBER_H_

@@ -59,5 +59,15 @@ TEST(ReportFormatNumber, CoordinateAndPercent) {
   EXPECT_EQ(FormatPercent(1, 0), "100%");
 }
 
+TEST(FormatNumber, BytesInBinaryUnits) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(1023.9 * 1024), "1 MiB");  // never "1020 KiB"
+  EXPECT_EQ(FormatBytes(4.0 * (1 << 30)), "4 GiB");
+  EXPECT_EQ(FormatBytes(65536.0 * 65536.0 * 2 * 32), "256 GiB");
+  EXPECT_EQ(FormatBytes(-1), "-1");
+}
+
 }  // namespace
 }  // namespace attnlab::report
