@@ -39,7 +39,7 @@ fuzz_one() {
   local dict=()
   [ -f "fuzz/dict/$name.dict" ] && dict=(-dict="fuzz/dict/$name.dict")
   echo "fuzz: $name for $seconds s"
-  ATTNLAB_NUM_THREADS=1 nice -n 19 "$BUILD/${name}_fuzzer" "$BUILD/corpus/$name" \
+  ATTNLAB_NUM_THREADS=1 nice -n 19 "$BUILD/fuzz/${name}_fuzzer" "$BUILD/corpus/$name" \
     "fuzz/corpus/$name" "${dict[@]}" -max_total_time="$seconds" -timeout=20 \
     -rss_limit_mb=2560 -max_len=16384 -close_fd_mask=3 -print_final_stats=1 \
     -artifact_prefix="$BUILD/artifacts/$name-"
@@ -55,7 +55,7 @@ case "${1:-}" in
   replay)
     build
     for name in "${TARGETS[@]}"; do
-      ATTNLAB_NUM_THREADS=1 nice -n 19 "$BUILD/${name}_fuzzer" -runs=0 "fuzz/corpus/$name" \
+      ATTNLAB_NUM_THREADS=1 nice -n 19 "$BUILD/fuzz/${name}_fuzzer" -runs=0 "fuzz/corpus/$name" \
         -close_fd_mask=3
     done
     ;;

@@ -23,6 +23,9 @@ const std::vector<Experiment>& AllExperiments() {
       SinksExperiment(),
       HeadsExperiment(),
       SinksCollapseExperiment(),
+      ScalingExperiment(),
+      RecallExperiment(),
+      ExtrapolationExperiment(),
   };
   return all;
 }

@@ -84,6 +84,9 @@ Experiment CollapseTrainingExperiment();  // collapse_training.cc
 Experiment SinksExperiment();  // sinks.cc
 Experiment HeadsExperiment();  // heads.cc
 Experiment SinksCollapseExperiment();  // sinks_collapse.cc
+Experiment ScalingExperiment();        // scaling.cc
+Experiment RecallExperiment();         // recall.cc
+Experiment ExtrapolationExperiment();  // extrapolation.cc
 
 // report.json (schema above) and report.html (with a "Checks" and a "Claims" section appended)
 // into options.out_dir.
