@@ -2,15 +2,22 @@
 """The bad-input catalogue (docs/BAD_INPUTS.md), command-line rows: every `attnlab` command with
 a missing file, a wrong type (a file of the wrong kind, or a flag value of the wrong type) and an
 out-of-range flag. For each row the test checks three things:
-  1. the exit status is non-zero;
-  2. stderr's last line is an error that names the problem (a phrase given per row);
+  1. the exit status is 1 for an error the command reports ("attnlab <command>: error: ..." as
+     stderr's last line), 2 for a usage error CLI11 reports (the problem, then "Run with --help
+     for more information.");
+  2. the message names the problem (a phrase given per row);
   3. no output is left behind: the paths the command would write do not exist, and the working
      directory holds nothing new (no half-written file, no temporary debris).
-Rows that do not apply (a command that reads no file) say so in docs/BAD_INPUTS.md.
+Rows that do not apply (a command that reads no file) say so in docs/BAD_INPUTS.md. Then the NaN
+rows: a NaN in an .npy input reaches exactly the output rows that use it (attention), and a
+model file with a NaN weight is refused by every command that loads it.
 """
 import argparse
 import json
 import os
+import re
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -34,12 +41,16 @@ def check(cli, cwd, row, args, needle, outputs=()):
     err = p.stderr.strip().splitlines()
     last = err[-1] if err else ""
     problems = []
-    if p.returncode == 0:
-        problems.append("exit status 0")
-    # attnlab's own errors: "attnlab <command>: error: ..."; usage errors (CLI11): the problem,
-    # then "Run with --help for more information."
-    if not any("error" in line for line in err) and "Run with --help" not in p.stderr:
-        problems.append(f"no error message on stderr (last line: {last!r})")
+    # attnlab's own errors: "attnlab <command>: error: ..." as the last line, exit 1; usage
+    # errors (CLI11): the problem, then "Run with --help for more information.", exit 2.
+    usage = last == "Run with --help for more information."
+    if usage and p.returncode != 2:
+        problems.append(f"a usage error exits {p.returncode}, not 2")
+    if not usage:
+        if p.returncode != 1:
+            problems.append(f"exit status {p.returncode}, not 1")
+        if not re.match(r"attnlab( [a-z-]+)?: error: ", last):
+            problems.append(f"stderr's last line is not an attnlab error: {last!r}")
     if needle not in p.stderr:
         problems.append(f"the message does not mention {needle!r}")
     for o in outputs:
@@ -53,6 +64,59 @@ def check(cli, cwd, row, args, needle, outputs=()):
                         f"\n    stderr: {p.stderr.strip()[-400:]!r}")
     else:
         print(f"ok {row}: exit {p.returncode}: {last[:120]}")
+
+
+def poison_weight(path, tensor, value):
+    """Sets the first value of an F32 tensor of a safetensors file in place."""
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        assert header[tensor]["dtype"] == "F32", header[tensor]
+        f.seek(8 + n + header[tensor]["data_offsets"][0])
+        f.write(struct.pack("<f", value))
+
+
+def nan_inputs_reach_exactly_their_rows(cli, d, x):
+    """The .npy NaN row of the catalogue: attention computes with NaN as IEEE arithmetic (and
+    PyTorch) do. A NaN in q[0, 0, 1] makes exactly output row (0, 0, 1) NaN; a NaN in k[0, 0, 1]
+    under a causal mask exactly the rows of head 0 that see key 1 (i >= 1). Every other row is
+    what the NaN-free run gives. Both kernels, exit status 0."""
+    for kernel in ("flash", "reference"):
+        for which, expect in (("q", {(0, 0, 1)}), ("k", {(0, 0, i) for i in range(1, 4)})):
+            arrays = {n: x.copy() for n in "qkv"}
+            arrays[which][0, 0, 1, 3] = np.nan
+            for n, a in arrays.items():
+                np.save(os.path.join(d, f"nan_{n}.npy"), a)
+            outs = {}
+            for tag, names in (("nan", ("nan_q", "nan_k", "nan_v")), ("clean", ("q", "k", "v"))):
+                args = ["attention", "--q", names[0] + ".npy", "--k", names[1] + ".npy", "--v",
+                        names[2] + ".npy", "--causal", "--kernel", kernel, "--out",
+                        f"o_{tag}.npy", "--lse", f"l_{tag}.npy"]
+                p = subprocess.run([cli, *args], cwd=d, capture_output=True, text=True)
+                row = f"attention/nan-input ({which}, {kernel})"
+                if p.returncode != 0:
+                    FAILURES.append(f"{row}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+                    return
+                outs[tag] = (np.load(os.path.join(d, f"o_{tag}.npy")),
+                             np.load(os.path.join(d, f"l_{tag}.npy")))
+            (o, lse), (o0, lse0) = outs["nan"], outs["clean"]
+            got = {idx for idx in np.ndindex(*o.shape[:3]) if np.isnan(o[idx]).any()}
+            got_lse = {idx for idx in np.ndindex(*lse.shape) if np.isnan(lse[idx])}
+            problems = []
+            if got != expect:
+                problems.append(f"NaN output rows {sorted(got)}, expected {sorted(expect)}")
+            if got_lse != expect:
+                problems.append(f"NaN lse rows {sorted(got_lse)}, expected {sorted(expect)}")
+            for idx in np.ndindex(*o.shape[:3]):
+                if idx not in expect and not np.array_equal(o[idx], o0[idx]):
+                    problems.append(f"row {idx} differs from the NaN-free run")
+            if problems:
+                FAILURES.append(f"{row}: " + "; ".join(problems))
+            else:
+                print(f"ok {row}: NaN rows {sorted(got)}")
+            for f in os.listdir(d):
+                if re.match(r"(nan_[qkv]|[ol]_(nan|clean))\.npy$", f):
+                    os.remove(os.path.join(d, f))
 
 
 def main():
@@ -79,6 +143,21 @@ def main():
             np.save(os.path.join(d, n + ".npy"), x)
         with open(os.path.join(d, "cfg.json"), "w") as f:
             json.dump({"train": {"batch": 0}}, f)
+        os.mkdir(os.path.join(d, "adir"))
+        with open(os.path.join(d, "big.json"), "w") as f:  # sparse: 16 MiB + 1 of nothing
+            f.write("{")
+        os.truncate(os.path.join(d, "big.json"), (16 << 20) + 1)
+        np.save(os.path.join(d, "qi.npy"), x.astype("<i4"))
+        # The checkpoint with one NaN weight (wte[0]), and a data directory whose tokens do not
+        # match its tokenizer (vocab_size 300 in the token files' headers).
+        shutil.copytree(os.path.join(d, "ckpt"), os.path.join(d, "cknan"))
+        poison_weight(os.path.join(d, "cknan", "model.safetensors"), "wte", float("nan"))
+        shutil.copytree(os.path.join(d, "data"), os.path.join(d, "data300"))
+        for n in ("train.tok", "val.tok"):
+            path = os.path.join(d, "data300", n)
+            with open(path, "r+b") as f:
+                f.seek(16)
+                f.write(struct.pack("<I", 300))
 
         att = ["attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"]
         rows = [
@@ -160,9 +239,118 @@ def main():
             ("analyze/out-of-range", ["analyze", "--model", "ckpt", "--text", "text.txt",
                                       "--plot-heads", "7.0", "--out", "rep"], "--plot-heads",
              ["rep"]),
+            # the global flag
+            ("global/out-of-range", ["--threads", "0", "memory", "--n", "4"],
+             "--threads: Value 0 not in range 1 to 1024", []),
+            # wrong types: a directory where a file belongs, a file where a directory belongs,
+            # a file of the wrong kind or dtype
+            ("attention/wrong-type-directory", ["attention", "--q", "adir", "--k", "k.npy", "--v",
+                                                "v.npy", "--out", "o.npy"],
+             "adir: not a regular file", ["o.npy"]),
+            ("attention/wrong-dtype", ["attention", "--q", "qi.npy", "--k", "k.npy", "--v",
+                                       "v.npy", "--out", "o.npy"],
+             "expected dtype float32 ('<f4') or float64 ('<f8'), found int32", ["o.npy"]),
+            ("attention/wrong-type-mask", att + ["--mask", "text.txt"], "not a .npy file",
+             ["o.npy"]),
+            ("bench-model/wrong-type", ["bench", "model", "--layers", "x"],
+             "Could not convert: --layers = x", []),
+            ("bench-decode/wrong-type", ["bench", "decode", "--len", "x"],
+             "--len: expected cache lengths in [1, 2^24] separated by commas, got 'x'", []),
+            ("bench-decode/out-of-range", ["bench", "decode", "--len", "64", "--dtype", "f8"],
+             "unknown KV cache dtype 'f8'", []),
+            ("bench-suite/wrong-type", ["bench", "suite", "--repeats", "x"],
+             "Could not convert: --repeats = x", []),
+            ("bench-suite/out-of-range", ["bench", "suite", "--repeats", "0"],
+             "--repeats must be >= 1, got 0", []),
+            ("generate/out-of-range-kv-dtype", ["generate", "--model", "ckpt", "--kv-dtype", "f8",
+                                                "--max-tokens", "2"],
+             "unknown KV cache dtype 'f8'; expected f32, bf16 or f16", []),
+            ("tokenize/missing-file-text", ["tokenize", "--tokenizer", "byte", "--file",
+                                            "nothere.txt"], "nothere.txt: no such file", []),
+            ("tokenize/wrong-type-directory", ["tokenize", "--tokenizer", "byte", "--file",
+                                               "adir"], "adir: not a regular file", []),
+            ("tokenize/wrong-type-batch", ["tokenize", "--tokenizer", "byte", "--batch",
+                                           "text.txt"], "expected a JSON array of strings", []),
+            ("tokenize/out-of-range-ids", ["tokenize", "--tokenizer", "byte", "--ids", "300"],
+             "token id 300 is outside [0, 257)", []),
+            ("prepare/wrong-type-directory", ["prepare", "--text", "adir", "--out", "d2"],
+             "adir: not a regular file", ["d2"]),
+            ("train/wrong-type-file-as-data", ["train", "--data", "text.txt", "--out", "ck2"],
+             "expected a directory made by attnlab prepare", ["ck2", "ck2.log.jsonl"]),
+            ("train/wrong-type-directory-as-config", ["train", "--data", "data", "--config",
+                                                      "adir", "--out", "ck2"],
+             "adir: not a regular file", ["ck2", "ck2.log.jsonl"]),
+            ("train/missing-file-resume", ["train", "--data", "data", "--resume", "--out",
+                                           "nothere"], "no checkpoint at nothere", ["nothere"]),
+            ("train/shape-mismatch-tokens", ["train", "--data", "data300", "--out", "ck2"],
+             "the data's tokens (vocabulary 300) do not match its tokenizer (257)",
+             ["ck2", "ck2.log.jsonl"]),
+            ("train/shape-mismatch-seq-len", ["train", "--data", "data", "--out", "ck2",
+                                              "--layers", "1", "--d-model", "16", "--heads", "2",
+                                              "--context", "16", "--seq-len", "32"],
+             "seq_len 32 exceeds the model's context 16", ["ck2", "ck2.log.jsonl"]),
+            ("train/huge-config-file", ["train", "--data", "data", "--config", "big.json",
+                                        "--out", "ck2"],
+             "16777217 bytes is more than the 16777216 bytes expected", ["ck2", "ck2.log.jsonl"]),
+            ("train/huge-sizes", ["train", "--data", "data", "--out", "ck2", "--d-model",
+                                  "65536", "--layers", "1024", "--heads", "1"],
+             "GiB for weights, gradients and AdamW moments, more than this machine's",
+             ["ck2", "ck2.log.jsonl"]),
+            ("train/nan-divergence", ["train", "--data", "data", "--out", "ck2", "--layers", "1",
+                                      "--d-model", "16", "--heads", "2", "--context", "16",
+                                      "--batch", "2", "--steps", "40", "--eval-batches", "1",
+                                      "--lr", "1e30", "--warmup", "0", "--grad-clip", "0",
+                                      "--checkpoint-every", "1000"],
+             "training stopped: 20 consecutive steps with NaN/Inf loss or gradients",
+             ["ck2", "ck2.log.jsonl"]),
+            ("generate/wrong-type-directory", ["generate", "--model", "ckpt", "--tokenizer",
+                                               "adir"], "adir: not a regular file", []),
+            ("eval/wrong-type-directory", ["eval", "--model", "ckpt", "--text", "adir"],
+             "adir: not a regular file", []),
+            ("logits/missing-file-text", ["logits", "--model", "ckpt", "--text", "nothere.txt",
+                                          "--out", "l.npy"], "nothere.txt: no such file",
+             ["l.npy"]),
+            ("logits/wrong-type-directory", ["logits", "--model", "adir", "--tokens", "1",
+                                             "--out", "l.npy"], "adir: not a model", ["l.npy"]),
+            ("stream/wrong-type-directory", ["stream", "--model", "ckpt", "--text", "adir"],
+             "adir: not a regular file", []),
+            ("stream/out-of-range-policy", ["stream", "--model", "ckpt", "--text", "text.txt",
+                                            "--policy", "foo"], "unknown cache policy 'foo'",
+             []),
+            ("analyze/wrong-type-directory", ["analyze", "--model", "ckpt", "--text", "adir",
+                                              "--out", "rep"], "adir: not a regular file",
+             ["rep"]),
+            ("report-demo/wrong-type-file-as-parent", ["report-demo", "--out", "text.txt/rep"],
+             "text.txt", []),
+            # experiment: a failed run removes the report directory it created
+            ("experiment/missing-file", ["experiment", "heads", "--quick", "--data", "nothere",
+                                         "--out", "exp"], "nothere: no such file", ["exp"]),
+            ("experiment/wrong-type", ["experiment", "heads", "--quick", "--data", "text.txt",
+                                       "--out", "exp/sub"], "text.txt: not a model", ["exp"]),
+            ("experiment/wrong-type-file-as-data", ["experiment", "collapse-training", "--quick",
+                                                    "--data", "text.txt", "--out", "exp"],
+             "text.txt/train.tok", ["exp"]),
+            ("experiment/out-of-range", ["experiment", "nothere", "--out", "exp"],
+             "unknown experiment 'nothere'", ["exp"]),
+            ("experiment/out-of-range-threads", ["experiment", "collapse-depth", "--quick",
+                                                 "--threads", "0", "--out", "exp"],
+             "--threads: Value 0 not in range 1 to 1024", ["exp"]),
+            # NaN weights: the loaders refuse them, so every command that loads a model does
+            ("eval/nan-weights", ["eval", "--model", "cknan", "--text", "text.txt"],
+             "tensor 'wte' has NaN at index 0", []),
+            ("generate/nan-weights", ["generate", "--model", "cknan", "--max-tokens", "3"],
+             "tensor 'wte' has NaN at index 0", []),
+            ("logits/nan-weights", ["logits", "--model", "cknan", "--tokens", "1", "--out",
+                                    "l.npy"], "tensor 'wte' has NaN at index 0", ["l.npy"]),
+            ("train/nan-weights-resume", ["train", "--data", "data", "--resume", "--out",
+                                          "cknan", "--layers", "1", "--d-model", "16",
+                                          "--heads", "2", "--context", "16", "--batch", "2",
+                                          "--steps", "4", "--eval-batches", "1"],
+             "tensor 'wte' has NaN at index 0", []),
         ]
         for row, args, needle, outputs in rows:
             check(cli, d, row, args, needle, outputs)
+        nan_inputs_reach_exactly_their_rows(cli, d, x)
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))
         sys.exit(1)

@@ -49,11 +49,21 @@ void Run(const ExperimentFlags& f) {
   o.seed = f.seed;
   o.data = f.data;
   o.out_dir = f.out.empty() ? "experiments/" + e->name : f.out;
+  // The outermost directory this run creates: a run that fails before its report removes it, so
+  // a bad input leaves nothing behind (docs/BAD_INPUTS.md).
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
+  fs::path created;
+  for (fs::path p = fs::path(o.out_dir).lexically_normal(); !p.empty() && !fs::exists(p, ec);
+       p = p.parent_path()) {
+    created = p;
+    if (p == p.parent_path()) break;
+  }
+  fs::create_directories(o.out_dir, ec);
   if (ec) throw CommandError("cannot create " + o.out_dir + ": " + ec.message());
   const auto t0 = std::chrono::steady_clock::now();
   auto result = e->run(o);
+  if (!result.ok() && !created.empty()) fs::remove_all(created, ec);
   Check(result.status(), e->name);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   experiments::ExperimentResult& r = result.value();

@@ -7,6 +7,8 @@
 // stderr every --log-every steps; validation every --eval-every steps; a checkpoint (atomic) every
 // --checkpoint-every steps and at the end, with the tokenizer inside, so the checkpoint alone is
 // enough for generate, eval and analyze. --resume continues from CKPT exactly (same flags).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +36,24 @@ struct TrainFlags {
   json model = json::object();  // flags given, as ModelConfig JSON keys
   json train = json::object();  // flags given, as training keys
 };
+
+// Sizes in a config are checked against the machine before anything is allocated: training
+// holds four float copies of the parameters (weights, gradients, AdamW's m and v).
+void CheckModelFitsInMemory(const ModelConfig& c) {
+  const double params = static_cast<double>(ModelParameterCount(c));
+  const double need = 4.0 * sizeof(float) * params;
+  const double have =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have) {
+    char msg[400];
+    std::snprintf(msg, sizeof(msg),
+                  "model configuration: %.4g parameters need %.3g GiB for weights, gradients and "
+                  "AdamW moments, more than this machine's %.3g GiB of memory (lower --d-model, "
+                  "--layers, --mlp-hidden or the vocabulary)",
+                  params, need / (1 << 30), have / (1 << 30));
+    throw CommandError(msg);
+  }
+}
 
 void Run(TrainFlags f) {
   // Merge: defaults <- config file <- flags. Every training value is checked (type and range)
@@ -110,6 +130,7 @@ void Run(TrainFlags f) {
     model["vocab_size"] = tok.value()->vocab_size();
     auto cfg = ModelConfigFromJson(model.dump());
     Check(cfg.status(), "model configuration");
+    CheckModelFitsInMemory(cfg.value());
     auto g = Gpt::Create(cfg.value());
     Check(g.status());
     gpt = std::move(g).value();

@@ -71,6 +71,10 @@
 //   O[i] = sum_{j in V(i)} P[i, j] V[j]
 //
 // A row with no visible key has O[i] = 0 in every variant, and its gradients are 0 (never NaN).
+// NaN inputs propagate as in IEEE arithmetic (and PyTorch): a NaN in q[i] makes row i's O and
+// lse NaN, a NaN in k[j] every row that sees key j, a NaN in v[j] every row that sees j (the
+// flash kernels may also spread a NaN value to rows of the same key block that mask it,
+// 0 x NaN); rows that use no NaN are exactly those of the NaN-free input.
 //
 // Log-sum-exp (the `lse` output, [batch, heads_q, len_q] contiguous, natural log):
 //   kStandard: log sum_{k in V(i)} exp(s[i, k])   (-inf for a row with no visible key)

@@ -193,8 +193,9 @@ void RunTask(const ForwardArgs& a, int64_t task, ForwardScratch& w) {
       factor = 1.0f;
       lse = 0.0f;
     } else if (extra2 == kNegInf) {
-      factor = l > 0 ? 1.0f / l : 0.0f;
-      lse = l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf;
+      // l = 0: every key masked (zeros, lse -inf). l NaN: a NaN score; it must reach the output.
+      factor = l <= 0 ? 0.0f : 1.0f / l;
+      lse = l <= 0 ? kNegInf : (m + std::log2(l)) * kLn2;
     } else {
       const float M = std::max(m, extra2);
       const float wm = m == kNegInf ? 0.0f : std::exp2(m - M);

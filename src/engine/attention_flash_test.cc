@@ -16,6 +16,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "attnlab/attention.h"
 #include "engine/attention_test_util.h"
@@ -199,6 +202,116 @@ TEST(AttentionFlash, IsBitReproducible) {
   run(o2, g2);
   EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)));
+}
+
+// NaN in the inputs (docs/BAD_INPUTS.md, .npy NaN row): both twins compute as IEEE arithmetic and
+// PyTorch do. A NaN in a query poisons exactly that query's row (output and lse), a NaN in a key
+// exactly the rows that see that key; every other row equals the NaN-free run bit for bit. (The
+// flash kernel once turned NaN scores into weights of 2^-126 and returned finite rows.) A NaN in a
+// value poisons every row that sees it; rows that mask it may be NaN too in the flash kernel
+// (0 x NaN in the block product P V, as in a matmul-based PyTorch attention).
+TEST(AttentionFlash, NaNInputsPoisonExactlyTheRowsThatUseThem) {
+  AttentionShape s;
+  s.batch = 2;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.len_q = s.len_k = 150;  // three key blocks
+  s.head_dim = 16;
+  const int64_t nq = s.batch * s.heads_q * s.len_q * s.head_dim;
+  const int64_t nk = s.batch * s.heads_kv * s.len_k * s.head_dim;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(nq), k(nk), v(nk);
+  for (auto* x : {&q, &k, &v}) {
+    for (float& e : *x) e = nd(rng);
+  }
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  const int64_t rows = s.batch * s.heads_q * s.len_q;
+  struct Run {
+    std::vector<float> out, lse;
+  };
+  auto run = [&](bool flash, const AttentionParams& p, const std::vector<float>& qq,
+                 const std::vector<float>& kk, const std::vector<float>& vv) {
+    Run r;
+    r.out.assign(nq, 0.0f);
+    r.lse.assign(rows, 0.0f);
+    const int64_t B = s.batch, Hq = s.heads_q, Hk = s.heads_kv, D = s.head_dim;
+    const auto qv = ContiguousView<const float>(qq.data(), B, Hq, s.len_q, D);
+    const auto kv = ContiguousView<const float>(kk.data(), B, Hk, s.len_k, D);
+    const auto vview = ContiguousView<const float>(vv.data(), B, Hk, s.len_k, D);
+    const auto ov = ContiguousView<float>(r.out.data(), B, Hq, s.len_q, D);
+    const Status st = flash ? AttentionForwardFlash(s, p, qv, kv, vview, ov, r.lse)
+                            : AttentionForwardReference(s, p, qv, kv, vview, ov, r.lse);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return r;
+  };
+  // Whether output row `row` (the flat index of (b, h, i)) holds a NaN.
+  auto row_nan = [&](const Run& r, int64_t row) {
+    bool any = false;
+    for (int64_t d = 0; d < s.head_dim; ++d) any = any || std::isnan(r.out[row * s.head_dim + d]);
+    return any;
+  };
+  const int64_t kNanB = 1, kNanQHead = 3, kNanKvHead = 0, kNanPos = 70;
+  std::vector<float> q_nan = q, k_nan = k, v_nan = v;
+  q_nan[((kNanB * s.heads_q + kNanQHead) * s.len_q + kNanPos) * s.head_dim + 5] = NAN;
+  k_nan[((kNanB * s.heads_kv + kNanKvHead) * s.len_k + kNanPos) * s.head_dim + 9] = NAN;
+  v_nan[((kNanB * s.heads_kv + kNanKvHead) * s.len_k + kNanPos) * s.head_dim + 2] = NAN;
+  const SoftmaxKind kinds[] = {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1,
+                               SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid};
+  for (const SoftmaxKind kind : kinds) {
+    for (const int64_t window : {int64_t{-1}, int64_t{20}}) {
+      AttentionParams p;
+      p.softmax = kind;
+      if (kind == SoftmaxKind::kSinkLogit) p.sink_logits = sinks;
+      p.mask.causal = true;
+      p.mask.window_left = window;
+      // Does query row (b, h, i) see key kNanPos of batch kNanB, kv head kNanKvHead?
+      auto sees = [&](int64_t b, int64_t h, int64_t i) {
+        return b == kNanB && h / (s.heads_q / s.heads_kv) == kNanKvHead && i >= kNanPos &&
+               (window < 0 || i - kNanPos <= window);
+      };
+      for (const bool flash : {true, false}) {
+        SCOPED_TRACE(std::string(flash ? "flash" : "reference") + ", softmax kind " +
+                     std::to_string(static_cast<int>(kind)) + ", window " +
+                     std::to_string(window));
+        const Run clean = run(flash, p, q, k, v);
+        const Run rq = run(flash, p, q_nan, k, v);
+        const Run rk = run(flash, p, q, k_nan, v);
+        const Run rv = run(flash, p, q, k, v_nan);
+        int64_t poisoned_q = 0, poisoned_k = 0;
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t h = 0; h < s.heads_q; ++h) {
+            for (int64_t i = 0; i < s.len_q; ++i) {
+              const int64_t row = (b * s.heads_q + h) * s.len_q + i;
+              const bool q_hit = b == kNanB && h == kNanQHead && i == kNanPos;
+              for (const auto& [r, hit, name] :
+                   {std::tuple{&rq, q_hit, "q"}, std::tuple{&rk, sees(b, h, i), "k"}}) {
+                EXPECT_EQ(row_nan(*r, row), hit) << "NaN in " << name << ": row b " << b
+                                                 << " h " << h << " i " << i;
+                if (kind != SoftmaxKind::kSigmoid) {
+                  EXPECT_EQ(std::isnan(r->lse[row]), hit) << "NaN in " << name << ": lse row "
+                                                          << row;
+                }
+                if (!hit) {
+                  EXPECT_EQ(0, std::memcmp(&r->out[row * s.head_dim],
+                                           &clean.out[row * s.head_dim],
+                                           sizeof(float) * s.head_dim))
+                      << "NaN in " << name << " changed row b " << b << " h " << h << " i " << i;
+                }
+              }
+              poisoned_q += q_hit;
+              poisoned_k += sees(b, h, i);
+              if (sees(b, h, i)) {
+                EXPECT_TRUE(row_nan(rv, row)) << "NaN in v: row i " << i;
+              }
+            }
+          }
+        }
+        EXPECT_EQ(poisoned_q, 1);
+        EXPECT_GT(poisoned_k, 2);
+      }
+    }
+  }
 }
 
 }  // namespace

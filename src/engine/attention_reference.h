@@ -40,7 +40,8 @@ bool ReferenceRowProbs(const AttentionShape& s, const AttentionParams& params, A
     Acc dot = 0;
     for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<Acc>(qi[d]) * kj[d];
     p[j] = scale * dot;
-    m = std::max(m, p[j]);
+    // NaN sticks (std::max would drop it, and a row of NaN scores would look fully masked).
+    m = std::isnan(p[j]) ? p[j] : std::max(m, p[j]);
     any = true;
   }
   if (params.softmax == SoftmaxKind::kSigmoid) {

@@ -195,5 +195,25 @@ TEST(Ops, SoftmaxCrossEntropyForwardAndBackward) {
   }
 }
 
+// A NaN logit anywhere in a row (the vectorised part or the tail, target or not) makes that row's
+// loss NaN, so the trainer's loss check sees it and skips the step (docs/BAD_INPUTS.md); the other
+// rows are untouched. (simd::Exp2 once turned NaN into 2^-126, a finite loss.)
+TEST(Ops, SoftmaxCrossEntropyLossIsNaNWhenALogitIsNaN) {
+  const int64_t N = 4, V = 37;  // two 16-lane blocks and a tail of 5
+  const auto logits = Random(N * V, 15);
+  const std::vector<int32_t> targets = {3, 3, 3, 3};
+  std::vector<float> clean = logits, clean_loss(N);
+  SoftmaxCrossEntropyForward(N, V, clean.data(), targets.data(), clean_loss.data(), nullptr);
+  for (const int64_t at : {int64_t{7}, int64_t{3}, int64_t{35}}) {  // block, target, tail
+    std::vector<float> x = logits, loss(N);
+    x[1 * V + at] = NAN;
+    const double mean =
+        SoftmaxCrossEntropyForward(N, V, x.data(), targets.data(), loss.data(), nullptr);
+    EXPECT_TRUE(std::isnan(loss[1])) << "NaN at " << at;
+    EXPECT_TRUE(std::isnan(mean)) << "NaN at " << at;
+    for (const int64_t n : {0, 2, 3}) EXPECT_EQ(loss[n], clean_loss[n]) << "NaN at " << at;
+  }
+}
+
 }  // namespace
 }  // namespace attnlab::internal

@@ -37,7 +37,9 @@ inline float ReduceMax(VecF v) {
   return m;
 }
 
-// 2^x, relative error below 2e-7 for x in [-126, 128); exactly 0 for x < -126 (including -inf).
+// 2^x, relative error below 2e-7 for x in [-126, 128); exactly 0 for x < -126 (including -inf);
+// NaN for NaN, as IEEE arithmetic (and PyTorch) has it: a NaN score must poison its softmax
+// row, not become a weight of 2^-126 (the clamp below maps NaN to -126).
 // Range reduction x = n + f with n = round(x), f in [-0.5, 0.5], then a degree-6 polynomial
 // for 2^f (the Cephes exp2f coefficients) and 2^n built in the exponent bits.
 inline VecF Exp2(VecF x) {
@@ -59,7 +61,8 @@ inline VecF Exp2(VecF x) {
   VecF scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const VecF r = p * scale;
-  return x < Set1(-126.0f) ? Zero() : r;
+  const VecF r0 = x < Set1(-126.0f) ? Zero() : r;
+  return x == x ? r0 : x;
 }
 
 inline float Exp2Scalar(float x) {

@@ -4,9 +4,15 @@
 // The CLI rows of the catalogue are tests/bad_inputs_cli_test.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <limits>
+#include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +21,7 @@
 #include "core/npy.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
 #include "model/llmc.h"
 #include "model/safetensors.h"
 #include "train/token_data.h"
@@ -209,6 +216,11 @@ TEST(BadInputs, Gpt2TokenizerFiles) {
     ExpectRefused(r.file, ParseGpt2Model(parts[0], parts.size() > 1 ? parts[1] : "").status(),
                   r.needle);
   }
+  // The top-level value of the wrong type, and an id of the wrong type (a float).
+  ExpectRefused("an array", ParseGpt2Model("[0, 1]", "#version: 0.2\n").status(),
+                "expected one JSON object mapping tokens to ids, found an array");
+  ExpectRefused("a float id", ParseGpt2Model("{\"a\": 0.5}", "#version: 0.2\n").status(),
+                "the value of \"a\" is the number 0.5; expected an integer id");
   ExpectValidSeedsLoad("gpt2_tokenizer", [](const fs::path& p) -> Status {
     const std::vector<std::string> parts = Split(Slurp(p), 2);
     ATTNLAB_ASSIGN_OR_RETURN(BpeModel m, ParseGpt2Model(parts[0], parts.at(1)));
@@ -260,9 +272,16 @@ TEST(BadInputs, Npy) {
     ExpectRefused(r.file, ParseNpy(Slurp(p), p.string()).status(), r.needle);
     ExpectRefused(std::string(r.file) + " (file)", ReadNpy(p.string()).status(), r.needle);
   }
+  // The two preamble sections between the magic and the header dict, cut.
+  ExpectRefused("cut in the version", ParseNpy(std::string("\x93NUMPY\x01", 7), "x").status(),
+                "7 bytes end before the format version");
+  ExpectRefused("cut in the header length",
+                ParseNpy(std::string("\x93NUMPY\x01\x00\x10", 9), "x").status(),
+                "9 bytes end inside the header length field");
   ExpectValidSeedsLoad("npy", [](const fs::path& p) { return ReadNpy(p).status(); });
-  // NaN values: .npy holds data, not weights; the engine computes with them as IEEE arithmetic
-  // does (NaN in, NaN out), like PyTorch. The file reads.
+  // NaN values: .npy holds data, not weights; the file reads, and the engine computes with NaN
+  // as IEEE arithmetic and PyTorch do: AttentionFlash.NaNInputsPoisonExactlyTheRowsThatUseThem
+  // (kernels) and the attention/nan-input row of tests/bad_inputs_cli_test.py (the CLI).
   EXPECT_TRUE(ReadNpy((kCorpus / "npy" / "nan-values").string()).ok());
 }
 
@@ -318,6 +337,15 @@ TEST(BadInputs, ModelConfigJson) {
   ExpectRefused("rope_base 1e308 (finite double)",
                 ModelConfigFromJson("{\"rope_base\": 1e308, \"rope_factor\": 1}").status(),
                 "rope");
+  // JSON has no NaN; Python's json.dumps writes one anyway.
+  ExpectRefused("NaN", ModelConfigFromJson("{\"norm_eps\": NaN}").status(), "not valid JSON");
+  // Shapes that do not fit together.
+  ExpectRefused("d_model % n_head",
+                ModelConfigFromJson("{\"d_model\": 6, \"n_head\": 4}").status(),
+                "d_model (6) must be a multiple of n_head (4)");
+  ExpectRefused("n_head % n_kv_head",
+                ModelConfigFromJson("{\"d_model\": 12, \"n_head\": 6, \"n_kv_head\": 4}").status(),
+                "n_head (6) must be a multiple of n_kv_head (4)");
 }
 
 TEST(BadInputs, TrainConfigJson) {
@@ -343,7 +371,8 @@ TEST(BadInputs, TrainConfigJson) {
   const std::pair<const char*, const char*> values[] = {
       {R"({"train": {"steps": 18446744073709551615}})", "'steps' = 18446744073709551615 is outside"},
       {R"({"train": {"steps": 0}})", "'steps' = 0 is outside [1,"},
-      {R"({"train": {"lr": 1e300}})", "'lr' = 1e+300 must be > 0"},
+      {R"({"train": {"lr": 1e300}})",
+       "'lr' = 1e+300 is not a finite float number; it must be > 0"},
       {R"({"train": {"lr": -1}})", "'lr' = -1 must be > 0"},
       {R"({"train": {"beta2": 1}})", "'beta2' = 1 must be in (0, 1)"},
       {R"({"train": {"bos": 1}})", "'bos' must be true or false"},
@@ -351,10 +380,250 @@ TEST(BadInputs, TrainConfigJson) {
       {R"({"train": {"grad_clip": -0.5}})", "'grad_clip' = -0.5 must be >= 0"},
       {R"({"data": 7})", "\"data\" must be a string"},
       {R"({"train": []})", "\"train\" must be an object"},
+      {R"({"train": {"lr": NaN}})", "not valid JSON"},
+      {R"({"train": {"lr": 1e-400}})", "'lr' = 0.0 must be > 0"},
   };
   for (const auto& [text, needle] : values) {
     ExpectRefused(text, ParseTrainConfig(text, "cfg.json").status(), needle);
   }
+}
+
+// ---- Rows made here from valid seeds ------------------------------------------------------------
+// The corpus seeds break the headers; these break the data sections, put +Inf where the seeds
+// have NaN, and make files larger than their reader accepts (sparse files: a reader that
+// allocated before checking the size would fail the test, or the machine).
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A safetensors file as editable tensors, and back.
+struct EditableTensor {
+  std::string name;
+  SafetensorsDtype dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+  void SetFloat(int64_t i, float x) {
+    ASSERT_EQ(dtype, SafetensorsDtype::kF32);
+    std::memcpy(&bytes[4 * i], &x, 4);
+  }
+};
+
+std::vector<EditableTensor> TensorsOf(const std::string& file) {
+  Result<SafetensorsFile> f = ParseSafetensors(file, "seed");
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<EditableTensor> out;
+  if (!f.ok()) return out;
+  for (const SafetensorsTensor& t : f->tensors()) {
+    const std::span<const uint8_t> b = f->Bytes(t);
+    out.push_back({t.name, t.dtype, t.shape, std::string(b.begin(), b.end())});
+  }
+  return out;
+}
+
+std::string Encode(const std::vector<EditableTensor>& ts,
+                   const std::map<std::string, std::string>& metadata = {}) {
+  std::vector<NamedTensor> named;
+  for (const EditableTensor& t : ts) named.push_back({t.name, t.shape, t.bytes.data(), t.dtype});
+  Result<std::string> header = EncodeSafetensorsHeader(named, metadata);
+  EXPECT_TRUE(header.ok()) << header.status().ToString();
+  std::string out = header.ok() ? *header : "";
+  for (const EditableTensor& t : ts) out += t.bytes;
+  return out;
+}
+
+EditableTensor& Named(std::vector<EditableTensor>& ts, const std::string& name) {
+  for (EditableTensor& t : ts) {
+    if (t.name == name) return t;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return ts.front();
+}
+
+TEST(BadInputs, HfGpt2Model) {
+  // A Hugging Face GPT-2 directory: model.safetensors (the hf-gpt2-tiny seed, C = 2) and a
+  // config.json giving n_head (C % 64 != 0, so it cannot be inferred).
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/gpt2";
+  fs::create_directories(dir);
+  WriteBytes(dir + "/config.json", R"({"model_type": "gpt2", "n_head": 1})");
+  const std::string good = Slurp(kCorpus / "safetensors" / "hf-gpt2-tiny");
+  const std::string model = dir + "/model.safetensors";
+  WriteBytes(model, good);
+  {
+    Result<LoadedModel> m = LoadAnyModel(dir);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->format, "hf-gpt2");
+  }
+  struct Case {
+    const char* what;
+    std::function<std::string()> bytes;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"empty", [] { return std::string(); }, "the file is 0 bytes"},
+      {"truncated data section", [&] { return good.substr(0, good.size() - 4); },
+       "reach past the end of the"},
+      {"huge header length",
+       [] { return Slurp(kCorpus / "safetensors" / "huge-header-length"); },
+       "the header length field says 4611686018427387904 bytes"},
+      {"wrong dtype",
+       [&] {
+         auto ts = TensorsOf(good);
+         Named(ts, "h.0.mlp.c_fc.weight").dtype = SafetensorsDtype::kI32;
+         return Encode(ts);
+       },
+       "tensor 'h.0.mlp.c_fc.weight' has dtype I32; expected a floating-point dtype"},
+      {"shape mismatch",
+       [&] {
+         auto ts = TensorsOf(good);
+         Named(ts, "h.0.attn.c_attn.weight").shape = {6, 2};
+         return Encode(ts);
+       },
+       "tensor 'h.0.attn.c_attn.weight' has shape [6, 2], expected [2, 6]"},
+      {"NaN weight",
+       [&] {
+         auto ts = TensorsOf(good);
+         Named(ts, "wpe.weight").SetFloat(1, std::numeric_limits<float>::quiet_NaN());
+         return Encode(ts);
+       },
+       "tensor 'wpe.weight' has NaN at index 1"},
+      {"Inf weight",
+       [&] {
+         auto ts = TensorsOf(good);
+         Named(ts, "ln_f.bias").SetFloat(0, std::numeric_limits<float>::infinity());
+         return Encode(ts);
+       },
+       "tensor 'ln_f.bias' has +Inf at index 0"},
+  };
+  for (const Case& c : cases) {
+    WriteBytes(model, c.bytes());
+    ExpectRefused(std::string("HF GPT-2 directory, model.safetensors ") + c.what,
+                  LoadAnyModel(dir).status(), c.needle);
+  }
+  // No magic: a file that is not safetensors at all (a PNG) is not taken for a model.
+  const std::string png = tmp.path() + "/model.safetensors";
+  WriteBytes(png, std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16));
+  ExpectRefused("a PNG named .safetensors", LoadAnyModel(png).status(), "not a model");
+}
+
+TEST(BadInputs, CheckpointDataSections) {
+  TempDir tmp;
+  const fs::path seed = kCorpus / "checkpoint" / "valid-minimal";
+  const std::vector<std::string> parts = Split(Slurp(seed), 3);
+  ASSERT_EQ(parts.size(), 3u);
+  struct Case {
+    const char* what;
+    std::function<void(const std::string& dir)> damage;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"empty model.safetensors",
+       [](const std::string& d) { WriteBytes(d + "/model.safetensors", ""); },
+       "model.safetensors: the file is 0 bytes"},
+      {"model.safetensors cut in the tensor data",
+       [&](const std::string& d) {
+         WriteBytes(d + "/model.safetensors", parts[1].substr(0, parts[1].size() - 4));
+       },
+       "reach past the end of the"},
+      {"optimizer.safetensors cut in the tensor data",
+       [&](const std::string& d) {
+         WriteBytes(d + "/optimizer.safetensors", parts[2].substr(0, parts[2].size() - 4));
+       },
+       "optimizer.safetensors: tensor"},
+      {"model.safetensors declaring a huge shape",
+       [](const std::string& d) {
+         WriteBytes(d + "/model.safetensors", Slurp(kCorpus / "safetensors" / "huge-shape"));
+       },
+       "has more elements than fit 63 bits"},
+      {"+Inf weight",
+       [&](const std::string& d) {
+         auto ts = TensorsOf(parts[1]);
+         Named(ts, "wte").SetFloat(3, std::numeric_limits<float>::infinity());
+         WriteBytes(d + "/model.safetensors", Encode(ts, {{"format", "attnlab-checkpoint"}}));
+       },
+       "model.safetensors: tensor 'wte' has +Inf at index 3"},
+      {"-Inf optimizer moment",
+       [&](const std::string& d) {
+         Result<SafetensorsFile> f = ParseSafetensors(parts[2], "optimizer");
+         ASSERT_TRUE(f.ok());
+         auto ts = TensorsOf(parts[2]);
+         Named(ts, "m.wte").SetFloat(0, -std::numeric_limits<float>::infinity());
+         WriteBytes(d + "/optimizer.safetensors", Encode(ts, f->metadata()));
+       },
+       "tensor 'm.wte' has -Inf at index 0"},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = MakeCheckpointDir(tmp, seed);
+    ASSERT_TRUE(LoadCheckpoint(dir).ok());
+    c.damage(dir);
+    ExpectRefused(c.what, LoadCheckpoint(dir).status(), c.needle);
+    ExpectRefused(std::string(c.what) + " (LoadAnyModel)", LoadAnyModel(dir).status(), c.needle);
+  }
+  // The wrong kind of path: a regular file where the directory belongs.
+  const std::string dir = MakeCheckpointDir(tmp, seed);
+  ExpectRefused("a file", LoadCheckpoint(dir + "/model.safetensors").status(),
+                "a checkpoint is a directory; this is a file");
+}
+
+TEST(BadInputs, LlmcNonFiniteWeights) {
+  TempDir tmp;
+  // fp32: the sixth float of wte (the first tensor after the 1024-byte header) is +Inf.
+  std::string fp32 = Slurp(kCorpus / "llmc" / "valid-fp32");
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(&fp32[1024 + 4 * 5], &inf, 4);
+  WriteBytes(tmp.path() + "/inf.bin", fp32);
+  ExpectRefused("llm.c fp32 +Inf", LoadAnyModel(tmp.path() + "/inf.bin").status(),
+                "tensor 'wte' has +Inf at index 5");
+  // bf16: the first value of wte is a quiet NaN (0x7fc0).
+  std::string bf16 = Slurp(kCorpus / "llmc" / "valid-bf16");
+  bf16[1024] = '\xc0';
+  bf16[1025] = '\x7f';
+  WriteBytes(tmp.path() + "/nan.bin", bf16);
+  ExpectRefused("llm.c bf16 NaN", LoadAnyModel(tmp.path() + "/nan.bin").status(),
+                "tensor 'wte' has NaN at index 0");
+}
+
+// A sparse file of `bytes` bytes: no disk space, and reading it would take seconds.
+std::string SparseFile(const TempDir& tmp, const std::string& name, int64_t bytes) {
+  const std::string path = tmp.path() + "/" + name;
+  WriteBytes(path, "{");
+  fs::resize_file(path, static_cast<uintmax_t>(bytes));
+  return path;
+}
+
+TEST(BadInputs, TextFilesLargerThanTheirReaderAcceptsAreRefusedUnread) {
+  TempDir tmp;
+  constexpr int64_t kGiB = int64_t{1} << 30, kMiB = int64_t{1} << 20;
+  const std::string vocab_bpe = tmp.path() + "/vocab.bpe";
+  WriteBytes(vocab_bpe, "#version: 0.2\n");
+  ExpectRefused("encoder.json of 1 GiB + 1",
+                LoadGpt2Tokenizer(SparseFile(tmp, "encoder.json", kGiB + 1), vocab_bpe).status(),
+                "1073741825 bytes is more than the 1073741824 bytes expected");
+  ExpectRefused("vocabulary of 1 GiB + 1",
+                LoadBpeTokenizer(SparseFile(tmp, "vocab.json", kGiB + 1)).status(),
+                "1073741825 bytes is more than the 1073741824 bytes expected");
+  // Checkpoint and Hugging Face config.json: 16 MiB.
+  const std::string dir = MakeCheckpointDir(tmp, kCorpus / "checkpoint" / "valid-minimal");
+  fs::remove(dir + "/config.json");
+  SparseFile(tmp, fs::path(dir).filename().string() + "/config.json", 16 * kMiB + 1);
+  ExpectRefused("checkpoint config.json of 16 MiB + 1", LoadCheckpoint(dir).status(),
+                "16777217 bytes is more than the 16777216 bytes expected");
+  ExpectRefused("model directory config.json of 16 MiB + 1", LoadAnyModel(dir).status(),
+                "16777217 bytes is more than the 16777216 bytes expected");
+}
+
+TEST(BadInputs, BpeVocabularyWithMoreIdsThanTheLimit) {
+  // No size is declared in the file: the ids are the merges and special tokens present. Their
+  // count is checked before any of them is looked at (kMaxBpeVocabSize = 2^22 ids).
+  std::string text = R"({"format": "attnlab-bpe", "version": 1, "pre_tokenizer": "gpt2", )"
+                     R"("special_tokens": [], "merges": [0)";
+  const int64_t merges = kMaxBpeVocabSize - 256 + 1;
+  text.reserve(text.size() + 2 * merges + 4);
+  for (int64_t i = 1; i < merges; ++i) text += ",0";
+  text += "]}";
+  ExpectRefused("2^22 + 1 ids", ParseBpeVocabulary(text, "v.json").status(),
+                "4194049 merges and 0 special tokens exceed 4194304 ids");
 }
 
 }  // namespace

@@ -50,7 +50,11 @@ Status NumberKey(const json& train, const char* key, Pred ok, const char* range,
                                    range + ", found " + Show(v));
   }
   const double x = v.get<double>();
-  if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max() || !ok(x)) {
+  if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
+    return Status::InvalidArgument("training option '" + std::string(key) + "' = " + Show(v) +
+                                   " is not a finite float number; it must be " + range);
+  }
+  if (!ok(x)) {
     return Status::InvalidArgument("training option '" + std::string(key) + "' = " + Show(v) +
                                    " must be " + range);
   }
