@@ -1,10 +1,13 @@
 // HalfKvCache (kv_cache.h): a bf16 / fp16 KV cache for decoding.
 //
 // (1) Consistency: decoding token by token through a HalfKvCache (AttentionDecode over the
-//     16-bit storage) gives the same logits as one prefill of the same tokens through a fresh
-//     HalfKvCache (flash attention over the same values converted back to fp32): both attend to
-//     identical rounded K and V, so only fp32 rounding separates them (1e-5 of the logit scale,
-//     as the fp32 cache's test in gpt_test.cc).
+//     16-bit storage) against one prefill of the same tokens through a fresh HalfKvCache (flash
+//     attention over the values converted back to fp32). Both round the same K and V, but the
+//     two paths compute them with different GEMM shapes (M = 1 vs M = T), so their fp32 values
+//     may differ in the last bit and, rarely, round to neighbouring 16-bit values (seen in -O1
+//     sanitizer builds from layer 2 on). So the bound is the fp32 test's 1e-5 of the logit
+//     scale plus half the difference that rounding EVERY element makes (the distance to the
+//     fp32 cache, (2)): a few flipped elements move the logits far less than all of them.
 // (2) Accuracy cost against the fp32 cache: bounded by the dtype's rounding (relative 2^-8 bf16,
 //     2^-11 fp16 on every K, V element) propagated through two layers; checked loosely (the
 //     measured numbers are printed; the bench reports them at scale).
@@ -77,10 +80,11 @@ TEST(HalfKvCache, DecodeMatchesPrefillOverTheSameRoundedValues) {
       ASSERT_TRUE(a.ok() && b.ok());
       const std::vector<float> stepwise = Decode(**g, a->get(), tokens, 1);
       const std::vector<float> prefill = Decode(**g, b->get(), tokens, c.context);
-      EXPECT_LE(MaxDiff(stepwise, prefill), 1e-5 * MaxAbs(prefill));
       // (2) against the fp32 cache.
       std::unique_ptr<KvCache> f32 = MakeKvCache(c);
       const std::vector<float> exact = Decode(**g, f32.get(), tokens, 1);
+      EXPECT_LE(MaxDiff(stepwise, prefill),
+                1e-5 * MaxAbs(prefill) + 0.5 * MaxDiff(stepwise, exact));
       const double rel = MaxDiff(stepwise, exact) / MaxAbs(exact);
       std::printf("%s, %lld kv heads: max |logit - fp32 cache's| / max |logit| = %.2e\n",
                   std::string(KvDtypeName(dtype)).c_str(), static_cast<long long>(kv_heads), rel);
