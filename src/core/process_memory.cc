@@ -17,21 +17,31 @@ int64_t ResidentBytes() {
   return n == 2 ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
-int64_t PeakResidentBytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
+namespace {
+
+// The number after "key" on its line of a /proc file (kB for the fields read here); 0 if absent.
+int64_t ProcField(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
   if (!f) return 0;
+  const size_t n = std::strlen(key);
   char line[256];
-  int64_t kb = 0;
+  int64_t value = 0;
   while (std::fgets(line, sizeof line, f)) {
     long long v = 0;
-    if (std::strncmp(line, "VmHWM:", 6) == 0 && std::sscanf(line + 6, "%lld", &v) == 1) {
-      kb = v;
+    if (std::strncmp(line, key, n) == 0 && std::sscanf(line + n, "%lld", &v) == 1) {
+      value = v;
       break;
     }
   }
   std::fclose(f);
-  return kb * 1024;
+  return value;
 }
+
+}  // namespace
+
+int64_t PeakResidentBytes() { return ProcField("/proc/self/status", "VmHWM:") * 1024; }
+
+int64_t MemAvailableBytes() { return ProcField("/proc/meminfo", "MemAvailable:") * 1024; }
 
 bool ResetPeakResident() {
   malloc_trim(0);

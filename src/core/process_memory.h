@@ -14,6 +14,10 @@ int64_t ResidentBytes();
 // ResetPeakResident() (VmHWM in /proc/self/status); 0 when unavailable.
 int64_t PeakResidentBytes();
 
+// The memory the kernel says new allocations can get without swapping (MemAvailable in
+// /proc/meminfo); 0 when unavailable.
+int64_t MemAvailableBytes();
+
 // Gives free heap pages back to the kernel (malloc_trim) and resets the peak to the current
 // resident size (writes "5" to /proc/self/clear_refs, Linux >= 4.0). Returns false when the
 // kernel refused the reset (then PeakResidentBytes() keeps the old, higher peak).

@@ -231,22 +231,6 @@ Fit FitPowerLaw(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
-int64_t MemAvailableBytes() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  int64_t kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    long long v = 0;
-    if (std::strncmp(line, "MemAvailable:", 13) == 0 && std::sscanf(line + 13, "%lld", &v) == 1) {
-      kb = v;
-      break;
-    }
-  }
-  std::fclose(f);
-  return kb * 1024;
-}
-
 std::string Bytes(double b) { return report::FormatBytes(b); }
 
 // Max |a - b| over two outputs.
