@@ -22,7 +22,6 @@ the core unless OPENBLAS_CORETYPE is set. This script does not set it (see bench
 import argparse
 import json
 import math
-import re
 import statistics
 import subprocess
 import sys
@@ -107,7 +106,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cmd = [args.attnlab, "--threads", str(args.threads), "bench", "suite", "--json",
-           "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+           "--repeats", str(args.repeats)] + (["--quick"] if args.quick else ["--full"])
     suite = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     print(f"# attnlab bench suite vs PyTorch {torch.__version__} | CPU: {suite['cpu']} | "
           f"threads: {args.threads} | {suite['date']}")
@@ -116,11 +115,10 @@ def main():
     print(f"{'kernel':<10} {'shape':<40} {'attnlab':>9} {'pytorch':>9} {'unit':<8} "
           f"{'ratio':>7}  {'torch err':>9}")
     torch_fwd = {}
-    for r in suite["results"]:
-        kern, shape = r["kernel"], r["shape"]
+    for r in suite["rows"]:
+        kern, sh, shape = r["kernel"], r["shape"], r["shape_text"]
         if kern in ("flash_fwd", "flash_bwd"):
-            m = re.match(r"B=1 H=(\d+) Lq=(\d+) Lk=\d+ D=(\d+)( causal)?", shape)
-            h, n, d, causal = int(m[1]), int(m[2]), int(m[3]), bool(m[4])
+            h, n, d, causal = sh["heads_q"], sh["len_k"], sh["head_dim"], bool(sh["causal"])
             key = (h, n, d, causal)
             if key not in torch_fwd:
                 torch_fwd[key] = torch_attention(h, n, d, causal, True, args.repeats)
@@ -130,9 +128,8 @@ def main():
             t_rate = flops / (ms * 1e6)
             print(f"{kern:<10} {shape:<40} {r['rate']:9.1f} {t_rate:9.1f} {'GFLOP/s':<8} "
                   f"{r['rate'] / t_rate:6.2f}x  {err:9.2e}")
-        elif kern == "decode" and shape.endswith("warm"):
-            m = re.match(r"H=(\d+)(?:/(\d+))? KV=(\d+) D=(\d+) (\w+) warm", shape)
-            h, hkv, n, d, dt = int(m[1]), int(m[2] or m[1]), int(m[3]), int(m[4]), m[5]
+        elif kern == "decode" and sh.get("cache") == "warm":
+            h, hkv, n, d, dt = sh["heads_q"], sh["heads_kv"], sh["len_k"], sh["head_dim"], sh["dtype"]
             res, why = torch_decode(h, hkv, n, d, dt, max(5, 4 * args.repeats))
             if res is None:
                 print(f"{'decode':<10} {shape:<40} {r['rate']:9.1f} {'n/a':>9} {'GB/s':<8} "

@@ -142,7 +142,14 @@ def main():
         for p in presets:
             cmd += ["--preset", p]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        ours = {r["shape"]: r for r in json.loads(out)}
+        # attnlab-bench/1 (bench/README.md): rows train_step / prefill / decode, per preset.
+        names = {"train_step": "train_tokens_per_s", "prefill": "prefill_tokens_per_s",
+                 "decode": "decode_tokens_per_s"}
+        for r in json.loads(out)["rows"]:
+            sh = r["shape"]
+            if r["kernel"] not in names or sh.get("kv_dtype", "f32") != "f32":
+                continue
+            ours.setdefault(sh["preset"], {})[names[r["kernel"]]] = r["rate"]
     print(f"# torch {torch.__version__}, {a.threads} threads; tokens/s (attnlab / PyTorch)")
     print(f"{'shape':12} {'metric':8} {'attnlab':>10} {'pytorch':>10} {'ratio':>7}")
     for name in presets:

@@ -203,7 +203,7 @@ def run_cli(attnlab, c, d, kernel, with_mask, with_sinks):
     f = lambda n: os.path.join(d, n)
     outs = {n: f(f"{kernel}_{n}.npy") for n in ("out", "lse", "dq", "dk", "dv", "dsink")}
     cmd = [attnlab, "attention", "--kernel", kernel, "--q", f("q.npy"), "--k", f("k.npy"),
-           "--v", f("v.npy"), "--out", outs["out"], "--lse", outs["lse"], "--dout", f("dout.npy"),
+           "--v", f("v.npy"), "--o", outs["out"], "--lse", outs["lse"], "--dout", f("dout.npy"),
            "--dq", outs["dq"], "--dk", outs["dk"], "--dv", outs["dv"], "--softmax", c.softmax]
     if c.causal:
         cmd.append("--causal")

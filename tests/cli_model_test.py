@@ -71,9 +71,9 @@ def main():
         p = run(cli, "eval", "--model", ck, "--text", text, "--json")
         ev = json.loads(p.stdout)
         assert ev["tokens"] > 100 and np.isfinite(ev["loss"]), ev
-        out = os.path.join(d, "l.npy")
+        out = os.path.join(d, "l")
         run(cli, "logits", "--model", ck, "--tokens", "1,2,3,4", "--out", out)
-        logits = np.load(out)
+        logits = np.load(os.path.join(out, "logits.npy"))
         assert logits.shape == (4, info["vocab_size"]), logits.shape
 
         # Streaming: policies, the comparison report, unlimited generation at constant memory.

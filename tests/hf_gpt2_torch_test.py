@@ -13,7 +13,7 @@ What it does:
   2. saves the state dict under Hugging Face's names and layout (transformer.wte.weight,
      transformer.h.N.attn.c_attn.weight [768, 2304] Conv1D [in, out], ..., no lm_head: tied, as
      save_pretrained writes it) with a safetensors writer written here (struct + json + numpy);
-  3. runs `attnlab logits --model model.safetensors --tokens t0,t1,... --out logits.npy` on 64
+  3. runs `attnlab logits --model model.safetensors --tokens t0,t1,... --out DIR` on 64
      tokens;
   4. compares with the forward written below in plain torch (embeddings, 12 pre-LN blocks with
      causal multi-head attention and GELU tanh, ln_f, head tied to wte), evaluated in float64 on
@@ -180,14 +180,14 @@ def main():
         write_safetensors(model, {"transformer." + k: v for k, v in w.items()},
                           metadata={"format": "pt"})
         t_written = time.time()
-        out = os.path.join(d, "logits.npy")
+        out = os.path.join(d, "logits")
         cmd = [args.attnlab, "logits", "--model", model,
                "--tokens", ",".join(str(t) for t in tokens), "--out", out]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             print(f"FAIL: {' '.join(cmd[:4])} ... exited {r.returncode}\n{r.stdout}{r.stderr}")
             return 1
-        got = np.load(out)
+        got = np.load(os.path.join(out, "logits.npy"))
         t_cli = time.time()
 
     if got.dtype != np.float32 or got.size != N_TOKENS * VOCAB:

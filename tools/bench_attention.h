@@ -11,8 +11,9 @@
 
 namespace attnlab::cli {
 
-// flash_fwd, [flash_bwd,] sgemm_qk rows for one shape (standard softmax, causal or not).
-// Throws CommandError when the validation fails.
+// sgemm_qk (the same-shape baseline, first), then flash_fwd[, flash_bwd] with their ratio to it
+// and their validation checks, for one shape (standard softmax, causal or not). Throws
+// CommandError when the validation fails.
 std::vector<bench::TableRow> AttentionTableRows(const AttentionShape& s, bool causal,
                                                 bool backward, int repeats);
 

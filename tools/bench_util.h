@@ -20,12 +20,16 @@
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -374,6 +378,54 @@ inline std::string CpuModel() {
     }
   }
   return "unknown CPU";
+}
+
+// The machine's last-level cache in bytes: the highest-level data or unified cache of
+// /sys/devices/system/cpu/cpu*/cache, summed over its instances (one per distinct
+// shared_cpu_list: an EPYC has one L3 per CCX, a Xeon one per socket); sysconf's L3 (else L2)
+// size when sysfs says nothing; 0 when unknown. What a STREAM-style array must exceed to measure
+// DRAM rather than cache.
+inline int64_t LastLevelCacheBytes() {
+  namespace fs = std::filesystem;
+  int best = 0;
+  std::map<std::string, int64_t> instances;  // shared_cpu_list -> bytes
+  std::error_code ec;
+  for (const auto& cpu : fs::directory_iterator("/sys/devices/system/cpu", ec)) {
+    const std::string name = cpu.path().filename().string();
+    if (name.size() < 4 || name.compare(0, 3, "cpu") != 0 ||
+        name.find_first_not_of("0123456789", 3) != std::string::npos) {
+      continue;
+    }
+    std::error_code ec2;
+    for (const auto& idx : fs::directory_iterator(cpu.path() / "cache", ec2)) {
+      if (idx.path().filename().string().rfind("index", 0) != 0) continue;
+      auto read = [&](const char* f) {
+        std::ifstream in(idx.path() / f);
+        std::string v;
+        std::getline(in, v);
+        return v;
+      };
+      const std::string type = read("type"), size = read("size"), shared = read("shared_cpu_list");
+      if (type == "Instruction" || size.empty()) continue;
+      const int level = std::atoi(read("level").c_str());
+      int64_t bytes = std::atoll(size.c_str());
+      const char unit = size.back();
+      bytes *= unit == 'K' ? 1024 : unit == 'M' ? (1 << 20) : unit == 'G' ? (1 << 30) : 1;
+      if (level > best) {
+        best = level;
+        instances.clear();
+      }
+      if (level == best && bytes > 0) instances[shared.empty() ? name : shared] = bytes;
+    }
+  }
+  int64_t total = 0;
+  for (const auto& [cpus, bytes] : instances) total += bytes;
+  if (total > 0) return total;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) return l3;
+  if (const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) return l2;
+#endif
+  return 0;
 }
 
 }  // namespace attnlab::bench

@@ -1,20 +1,121 @@
-// The command line (cli_app.h): every command registers itself on one CLI11 app here; errors end
-// as one line on stderr and exit code 1 (2 for usage errors).
+// The command line (cli_app.h): every command registers itself on one CLI11 app here. The front
+// door: `attnlab` alone or `--help` lists the commands by topic, a misspelt command gets
+// suggestions, `--version` names the commit and the SIMD target, and `--threads` is accepted
+// before or after any command. Exit codes and conventions: docs/CLI.md.
 #include "cli_app.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "attnlab/thread_pool.h"
+#include "build_info.h"
 #include "commands.h"
 
 namespace attnlab::cli {
+namespace {
+
+// The overview's topics, in order; every registered command must be in one (cli_test checks).
+const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> t = {
+      {"Diagnostics", {"analyze"}},
+      {"Streaming", {"stream", "generate"}},
+      {"Experiments", {"experiment"}},
+      {"The attention engine", {"attention", "memory", "bench"}},
+      {"Data, training, inference", {"prepare", "tokenize", "train", "eval", "logits"}},
+  };
+  return t;
+}
+
+std::string VersionString() {
+  return "attnlab " + BuildVersion() + " (commit " + BuildCommit() + "; SIMD: compiled for " +
+         CompiledSimd() + ", this CPU has " + CpuSimd() + ")";
+}
+
+// Edit distance, for "did you mean".
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::vector<std::string> Suggestions(const std::string& word, const std::vector<std::string>& names) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const std::string& n : names) {
+    const size_t d = Distance(word, n);
+    const bool prefix = word.size() >= 2 && n.compare(0, word.size(), word) == 0;
+    if (prefix || d <= std::max<size_t>(1, n.size() / 3)) scored.push_back({prefix ? 0 : d, n});
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (auto& [d, n] : scored) out.push_back(n);
+  return out;
+}
+
+std::vector<std::string> VisibleCommands(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* s) { return !s->get_group().empty(); })) {
+    out.push_back(sub->get_name());
+  }
+  return out;
+}
+
+std::string Overview(const CLI::App& app) {
+  std::string s =
+      "attnlab: a laboratory for transformer attention: where are a model's attention sinks, is its\n"
+      "attention collapsing with depth, what do long contexts cost.\n\n"
+      "usage: attnlab [--threads N] <command> [options]     (attnlab <command> --help for its options)\n";
+  std::map<std::string, std::string> desc;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    desc[sub->get_name()] = sub->get_description();
+  }
+  for (const auto& [topic, names] : Topics()) {
+    s += "\n" + topic + ":\n";
+    for (const std::string& n : names) {
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-11s %s\n", n.c_str(), desc.count(n) ? desc[n].c_str() : "");
+      s += line;
+    }
+  }
+  s +=
+      "\nGlobal options:\n"
+      "  --threads N  worker threads (default: $ATTNLAB_NUM_THREADS or every core), before or after the command\n"
+      "  --version    version, git commit and SIMD target\n"
+      "  --help       this overview\n"
+      "\nConventions (exit codes, --out, --text, --json): docs/CLI.md. With no --model, commands use the\n"
+      "embedded default model; with no --text, the bundled sample text.\n";
+  return s;
+}
+
+// Global options that take a value (so that their value is not mistaken for a command).
+bool TakesValue(const std::string& arg) { return arg == "--threads"; }
+
+}  // namespace
+
+std::vector<std::string> OverviewTopicCommands() {
+  std::vector<std::string> out;
+  for (const auto& [topic, names] : Topics()) out.insert(out.end(), names.begin(), names.end());
+  return out;
+}
 
 int RunCli(int argc, char** argv) {
   CLI::App app{"attnlab: a laboratory for transformer attention (sinks, collapse, limits)"};
   app.require_subcommand(1);
+  // Inherited by every subcommand registered below: options a subcommand does not know (the
+  // global --threads) go to the parent, so `attnlab eval --threads 2` works like
+  // `attnlab --threads 2 eval`.
+  app.fallthrough();
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: ATTNLAB_NUM_THREADS or all cores)")
       ->check(CLI::Range(1, 1024));
@@ -37,6 +138,66 @@ int RunCli(int argc, char** argv) {
   RegisterStreamCommand(app);
   RegisterAnalyzeCommand(app);
   RegisterExperimentCommand(app);
+  // After the commands (they copy the parent's help flag when created): the top level's --help
+  // is the overview by topic below; each command keeps CLI11's --help.
+  app.set_help_flag();
+  app.set_version_flag("--version", VersionString(), "version, git commit and SIMD target");
+
+  // The front door, before CLI11: find the command word (skipping global options).
+  std::string command;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "help") {
+      help = true;
+      break;
+    }
+    if (TakesValue(a)) {
+      ++i;
+      continue;
+    }
+    if (a.rfind("-", 0) == 0) continue;
+    command = a;
+    break;
+  }
+  if (help) {
+    std::fputs(Overview(app).c_str(), stdout);
+    return 0;
+  }
+  bool is_version = false;
+  for (int i = 1; i < argc && command.empty(); ++i) is_version |= std::string(argv[i]) == "--version";
+  if (command.empty() && !is_version) {
+    bool bad_option = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (TakesValue(a)) ++i;
+      else if (a.rfind("--threads=", 0) != 0) bad_option = true;
+    }
+    if (!bad_option) {
+      std::fputs(Overview(app).c_str(), stderr);
+      std::fprintf(stderr, "\nattnlab: usage error: name a command (see the list above)\n");
+      return 2;
+    }
+  }
+  if (!command.empty()) {
+    const std::vector<std::string> names = VisibleCommands(app);
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known |= sub->check_name(command);
+    }
+    if (!known) {
+      std::string msg = "attnlab: usage error: unknown command '" + command + "'";
+      const std::vector<std::string> s = Suggestions(command, names);
+      if (!s.empty()) {
+        msg += "; did you mean ";
+        for (size_t i = 0; i < s.size() && i < 3; ++i) msg += (i ? " or " : "") + s[i];
+        msg += "?";
+      }
+      std::fprintf(stderr, "%s\nrun `attnlab --help` for the list of commands\n", msg.c_str());
+      return 2;
+    }
+  }
+
   auto name = [&] {
     return app.get_subcommands().empty() ? std::string("attnlab")
                                          : "attnlab " + app.get_subcommands()[0]->get_name();
@@ -44,9 +205,15 @@ int RunCli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // CLI11 prints the problem (or the help, which is a "success" with code 0); its own exit
-    // codes (101-115) are folded into 2, the usage-error code documented above.
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help and --version are CLI11 "errors" with code 0: it prints them. Every other parse
+    // error (CLI11's codes 101-115) is a usage error: one line, exit 2 (docs/CLI.md).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "%s: usage error: %s (run `%s --help` for the options)\n", name().c_str(),
+                 e.what(), name().c_str());
+    return 2;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: usage error: %s\n", name().c_str(), e.what());
+    return 2;
   } catch (const CommandError& e) {
     std::fprintf(stderr, "%s: error: %s\n", name().c_str(), e.what());
     return 1;

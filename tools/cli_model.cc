@@ -1,5 +1,7 @@
 #include "cli_model.h"
 
+#include <cstdio>
+
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
@@ -31,9 +33,7 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
   m.gpt = std::move(gpt).value();
   Result<std::unique_ptr<Tokenizer>> tok = Status::NotFound("no tokenizer");
   if (!tokenizer_flag.empty()) {
-    auto spec = TokenizerJsonFromFlag(tokenizer_flag);
-    Check(spec.status(), "--tokenizer");
-    tok = TokenizerFromJson(spec.value());
+    tok = LoadTokenizer(tokenizer_flag);  // the one parser of --tokenizer (attnlab/tokenizer.h)
     Check(tok.status(), "--tokenizer");
   } else if (m.meta.is_object() && m.meta.contains("tokenizer")) {
     tok = TokenizerFromJson(m.meta["tokenizer"]);
@@ -64,14 +64,57 @@ bool TrainedWithBos(const CliModel& m) {
   return b != it->end() && b->is_number_integer() && b->get<int64_t>() >= 0;
 }
 
+TextCheck CheckText(std::string_view bytes) {
+  TextCheck c;
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char b = static_cast<unsigned char>(bytes[i]);
+    if (b == 0) ++c.nul_bytes;
+    int len = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= bytes.size();
+    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) >> 6) == 0x2;
+    if (!ok) {
+      ++c.invalid_utf8;
+      len = 1;
+    }
+    i += len;
+  }
+  return c;
+}
+
 std::string ReadTextInput(const std::string& text_file, const std::string& prompt) {
-  if (!text_file.empty() && !prompt.empty()) throw CommandError("give --text or --prompt, not both");
-  if (text_file.empty() && prompt.empty()) throw CommandError("give --text FILE or --prompt STR");
+  if (!text_file.empty() && !prompt.empty()) throw UsageError("give --text or --prompt, not both");
+  if (text_file.empty() && prompt.empty()) throw UsageError("give --text FILE or --prompt STR");
   if (!prompt.empty()) return prompt;
   auto r = ReadFileToString(text_file, int64_t{4} << 30);
   Check(r.status(), "--text");
   if (r.value().empty()) throw CommandError("--text " + text_file + " is empty");
+  // A binary file tokenises fine with a byte-level tokenizer and gets a meaningless score, so it
+  // is refused; a text with a few bytes of another encoding gets a warning.
+  const TextCheck c = CheckText(r.value());
+  const double n = static_cast<double>(r.value().size());
+  if (c.nul_bytes > 0 || c.invalid_utf8 > 0.1 * n) {
+    throw CommandError("--text " + text_file + " does not look like text: " +
+                       std::to_string(c.nul_bytes) + " NUL bytes and " +
+                       std::to_string(c.invalid_utf8) + " invalid UTF-8 bytes in " +
+                       std::to_string(r.value().size()) + " (give a UTF-8 text file)");
+  }
+  if (c.invalid_utf8 > 0) {
+    std::fprintf(stderr, "warning: --text %s has %ld bytes that are not valid UTF-8 (of %ld)\n",
+                 text_file.c_str(), static_cast<long>(c.invalid_utf8),
+                 static_cast<long>(r.value().size()));
+  }
   return std::move(r).value();
+}
+
+void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks) {
+  if (window_given && window < 1) {
+    throw UsageError("--window must be >= 1, got " + std::to_string(window) +
+                     " (omit --window for the model's context)");
+  }
+  if (sinks_given && sinks < 1) {
+    throw UsageError("--sinks must be >= 1, got " + std::to_string(sinks) +
+                     " (--policy window keeps no sinks)");
+  }
 }
 
 std::vector<int32_t> ParseTokenList(const std::string& s) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnlab/tokenizer.h"
@@ -31,8 +32,18 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
 // records it in the checkpoint's metadata).
 bool TrainedWithBos(const CliModel& m);
 
-// Text for --text FILE / --prompt STR (exactly one), as bytes.
+// Text for --text FILE / --prompt STR (exactly one, else UsageError), as bytes. A file with NUL
+// bytes or more than 10% invalid UTF-8 is refused (CommandError); fewer invalid bytes warn.
 std::string ReadTextInput(const std::string& text_file, const std::string& prompt);
+
+struct TextCheck {
+  int64_t nul_bytes = 0, invalid_utf8 = 0;  // bytes not part of a well-formed UTF-8 sequence
+};
+TextCheck CheckText(std::string_view bytes);
+
+// The streaming cache's sizes as given on the command line (generate, stream): a --window or
+// --sinks that was given must be >= 1, else UsageError.
+void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks);
 
 // Comma-separated token ids ("1,2,3").
 std::vector<int32_t> ParseTokenList(const std::string& s);

@@ -29,6 +29,7 @@
 #include "attnlab/attention.h"
 #include "attnlab/thread_pool.h"
 #include "core/npy.h"
+#include "cli_test_util.h"
 #include "engine/attention_flash_common.h"
 
 namespace attnlab {
@@ -38,61 +39,11 @@ namespace fs = std::filesystem;
 
 constexpr double kRel = 1e-4;
 
-std::string CliPath() {
-  if (const char* b = std::getenv("ATTNLAB_BIN"); b && *b) return b;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return (self.parent_path() / "attnlab").string();
-}
-
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base && *base ? base : "/tmp") + "/attnlab_cli_XXXXXX";
-    ATTNLAB_CHECK(::mkdtemp(templ.data()) != nullptr);
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> List() const {
-    std::vector<std::string> r;
-    for (const auto& e : fs::directory_iterator(path_)) r.push_back(e.path().filename().string());
-    std::sort(r.begin(), r.end());
-    return r;
-  }
-
- private:
-  std::string path_;
-};
-
-struct RunResult {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs `attnlab <args>`; stdout and stderr are captured in files outside `dir`.
-RunResult RunCli(const std::string& args) {
-  TempDir io;
-  const std::string cmd = "'" + CliPath() + "' " + args + " > '" + io.File("stdout") + "' 2> '" +
-                          io.File("stderr") + "'";
-  const int st = std::system(cmd.c_str());
-  RunResult r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  r.out = Slurp(io.File("stdout"));
-  r.err = Slurp(io.File("stderr"));
-  return r;
-}
+using cli_test::CliPath;
+using cli_test::RunCli;
+using cli_test::RunResult;
+using cli_test::Slurp;
+using cli_test::TempDir;
 
 std::vector<float> RandomVec(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
   std::normal_distribution<float> nd(0, 1);
@@ -260,7 +211,7 @@ TEST(CliAttentionTest, MatchesEngineForEveryVariant) {
     for (const char* kernel : {"reference", "flash"}) {
       SCOPED_TRACE(kernel);
       const bool ref = std::string(kernel) == "reference";
-      std::string args = pr.args + " --kernel " + kernel + " --out " + dir.File("o.npy") +
+      std::string args = pr.args + " --kernel " + kernel + " --o " + dir.File("o.npy") +
                          " --lse " + dir.File("l.npy") + var.flags + BackwardArgs(dir);
       if (ref) args += " --probs " + dir.File("p.npy");
       const RunResult r = RunCli(args);
@@ -321,7 +272,7 @@ TEST(CliAttentionTest, ExplicitMaskShapesAndDtypes) {
   const Problem::Expected want = pr.Reference(p);
   for (const char* m : {"m2.npy", "m4.npy", "m11.npy", "mb.npy"}) {
     SCOPED_TRACE(m);
-    const RunResult r = RunCli(pr.args + " --causal --mask " + dir.File(m) + " --out " +
+    const RunResult r = RunCli(pr.args + " --causal --mask " + dir.File(m) + " --o " +
                                dir.File("o.npy") + BackwardArgs(dir));
     ASSERT_EQ(r.code, 0) << r.err;
     const auto out = Load(dir.File("o.npy"), pr.qshape);
@@ -335,7 +286,7 @@ TEST(CliAttentionTest, ExplicitMaskShapesAndDtypes) {
   std::fill(ph.begin() + 9 * 11, ph.begin() + 2 * 9 * 11, 1);  // batch 0, head 1: all visible
   ASSERT_TRUE(WriteNpyUint8(dir.File("ph.npy"), ph.data(), std::vector<int64_t>{2, 2, 9, 11}).ok());
   const RunResult r =
-      RunCli(pr.args + " --mask " + dir.File("ph.npy") + " --out " + dir.File("o.npy"));
+      RunCli(pr.args + " --mask " + dir.File("ph.npy") + " --o " + dir.File("o.npy"));
   ASSERT_EQ(r.code, 0) << r.err;
   AttentionParams pall;
   const Problem::Expected unmasked = pr.Reference(pall);
@@ -364,7 +315,7 @@ TEST(CliAttentionTest, AcceptsFloat64Inputs) {
     }
     ASSERT_TRUE(WriteNpy(path, d).ok());
   }
-  const RunResult r = RunCli(pr.args + " --kernel reference --out " + dir.File("o.npy"));
+  const RunResult r = RunCli(pr.args + " --kernel reference --o " + dir.File("o.npy"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(Load(dir.File("o.npy"), pr.qshape), pr.Reference({}).out);
 }
@@ -408,12 +359,12 @@ TEST(CliAttentionTest, MalformedInputsFailCleanly) {
   fs::create_directory(dir.File("adir"));
   const auto inputs_before = dir.List();
 
-  const std::string out = " --out " + dir.File("o.npy");
+  const std::string out = " --o " + dir.File("o.npy");
   const std::string base = pr.args + out;
   const std::string bw = BackwardArgs(dir);
   const std::vector<BadCase> cases = {
       {"attention --k " + K + " --v " + V + out, "missing --q"},
-      {"attention --q " + Q + " --k " + K + " --v " + V, "missing --out"},
+      {"attention --q " + Q + " --k " + K + " --v " + V, "missing --o"},
       {"attention --q " + dir.File("nope.npy") + " --k " + K + " --v " + V + out,
        "nope.npy: no such file"},
       {"attention --q " + dir.File("junk.npy") + " --k " + K + " --v " + V + out,
@@ -461,8 +412,10 @@ TEST(CliAttentionTest, MalformedInputsFailCleanly) {
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.args);
     const RunResult r = RunCli(c.args);
-    EXPECT_NE(r.code, 0);
-    EXPECT_EQ(r.err.rfind("attnlab attention: error: ", 0), 0u) << r.err;
+    // docs/CLI.md: a wrong command line is a usage error (exit 2), a failure exit 1.
+    const bool usage = r.err.rfind("attnlab attention: usage error: ", 0) == 0;
+    EXPECT_TRUE(usage || r.err.rfind("attnlab attention: error: ", 0) == 0) << r.err;
+    EXPECT_EQ(r.code, usage ? 2 : 1) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << "stderr: " << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
@@ -472,7 +425,7 @@ TEST(CliAttentionTest, MalformedInputsFailCleanly) {
 
 // ---- memory -----------------------------------------------------------------------------------
 
-TEST(CliMemoryTest, SpellsOutTheMissionDocumentExample) {
+TEST(CliMemoryTest, SpellsOutTheEightGigabyteExample) {
   // 65536 tokens, 32 heads, bf16: one head's matrix is 2^16 * 2^16 * 2 B = 8 GiB; the layer's
   // 32 heads need 256 GiB, not "8 GB".
   const RunResult r = RunCli("memory --n 65536 --heads 32 --dtype bf16");
@@ -525,8 +478,10 @@ TEST(CliMemoryTest, BadArgumentsFailCleanly) {
            {"memory --n 2147483648 --heads 4096 --batch 4096", "exceeds 2^64 bytes"}}) {
     SCOPED_TRACE(args);
     const RunResult r = RunCli(args);
-    EXPECT_NE(r.code, 0);
-    EXPECT_EQ(r.err.rfind("attnlab memory: error: ", 0), 0u) << r.err;
+    // docs/CLI.md: a wrong command line is a usage error (exit 2), a failure exit 1.
+    const bool usage = r.err.rfind("attnlab memory: usage error: ", 0) == 0;
+    EXPECT_TRUE(usage || r.err.rfind("attnlab memory: error: ", 0) == 0) << r.err;
+    EXPECT_EQ(r.code, usage ? 2 : 1) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }
 }

@@ -28,6 +28,7 @@ struct AnalyzeOptions {
   std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
   int64_t window = 0, max_tokens = 0, plot_max = 512;
   double eps = 0.3;
+  bool json = false;
 };
 
 std::string Fmt(double x, const char* f = "%.3f") {
@@ -124,37 +125,9 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   for (int64_t l = 0; l < L; ++l) add_depth(l + 1, r.layers[l].output);
   Check(layers.WriteTo(o.out + "/layers.csv"));
 
-  // The answer at a glance.
-  int64_t best_l = 0, best_h = 0;
-  double best = -1, last_sum = 0, uniform_sum = 0;
-  for (int64_t l = 0; l < L; ++l) {
-    for (int64_t h = 0; h < H; ++h) {
-      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
-      const double a = s.alpha.empty() ? 0 : s.alpha[0];
-      if (a > best) best = a, best_l = l, best_h = h;
-      last_sum += s.last_key0;
-      uniform_sum += s.last_visible ? 1.0 / s.last_visible : 0;
-    }
-  }
-  const double last_mean = last_sum / (L * H), uniform = uniform_sum / (L * H);
-  std::string sink_text;
-  if (r.sink_heads.empty()) {
-    sink_text = "No attention sink at eps = " + Fmt(ao.sink_eps, "%.2f") +
-                ": no head gives token 0 more than that share of its attention on average (the "
-                "strongest, layer " + std::to_string(best_l) + " head " + std::to_string(best_h) +
-                ", gives alpha_1 = " + Fmt(best) + ").";
-  } else {
-    sink_text = std::to_string(r.sink_heads.size()) + " of " + std::to_string(L * H) +
-                " heads are attention sinks (alpha_1 > " + Fmt(ao.sink_eps, "%.2f") +
-                ", Sink_1 = " + Fmt(100 * r.sink_rate_1, "%.1f") + "%): ";
-    for (size_t i = 0; i < r.sink_heads.size() && i < 12; ++i) {
-      sink_text += (i ? ", " : "") + std::string("L") + std::to_string(r.sink_heads[i].first) +
-                   ".H" + std::to_string(r.sink_heads[i].second);
-    }
-    if (r.sink_heads.size() > 12) sink_text += ", ...";
-    sink_text += ". Strongest: layer " + std::to_string(best_l) + " head " + std::to_string(best_h) +
-                 " with alpha_1 = " + Fmt(best) + ".";
-  }
+  // The answer at a glance (the verdict's wording lives with its rule, in analysis.cc).
+  const double last_mean = MeanLastKey0(r), uniform = MeanLastUniform(r);
+  const std::string sink_text = SinkVerdictText(r, ao.sink_eps);
   const double res0 = r.embedding.relative_residual, resL = r.layers.back().output.relative_residual;
   const double cos0 = r.embedding.mean_cosine, cosL = r.layers.back().output.mean_cosine;
   const std::string collapse_text =
@@ -167,16 +140,28 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                    std::to_string(r.windows) + " window(s) of " + std::to_string(r.window) +
                    "; " + std::to_string(L) + " layers x " + std::to_string(H) + " heads");
   html.SetSummary(sink_text + " " + collapse_text);
-  html.AddSummaryFact("Sink_1 (eps " + Fmt(ao.sink_eps, "%.2f") + ")", Fmt(100 * r.sink_rate_1, "%.1f") + "%");
-  html.AddSummaryFact("max alpha_1", Fmt(best));
+  {
+    const AttentionHeadStats* best = StrongestHead(r, nullptr, nullptr);
+    html.AddSummaryFact("sink heads (excess > " + Fmt(ao.sink_eps, "%.2f") + ")",
+                        r.sink_verdict ? std::to_string(r.sink_heads.size()) + " of " +
+                                             std::to_string(L * H)
+                                       : "text too short");
+    html.AddSummaryFact("max alpha_1", (best ? Fmt(best->alpha[0]) : "n/a") + " vs uniform " +
+                                           Fmt(r.alpha_1_uniform));
+  }
   html.AddSummaryFact("last query on token 0", Fmt(last_mean) + " vs uniform " + Fmt(uniform, "%.4f"));
   html.AddSummaryFact("relative residual (last layer)", Fmt(resL));
 
   html.AddSection("sinks", "Attention sinks");
   html.AddParagraph(
-      "alpha_1 is the average attention every query gives token 0 (Gu et al. 2024); a head is a "
-      "sink when it exceeds eps. The mission documents' GPT-2 experiment looks at the last query's "
-      "attention on token 0, compared with the uniform share 1/n.");
+      "alpha_1 is the average attention every query gives token 0 (Gu et al. 2024). Uniform "
+      "attention over the same rows would give alpha_1 = " + Fmt(r.alpha_1_uniform) +
+      " (H_T / T for causal windows of T tokens), so a head is called a sink when its excess over "
+      "that baseline, (alpha_1 - u) / (1 - u), exceeds eps = " + Fmt(ao.sink_eps, "%.2f") +
+      " (Gu et al.'s alpha_1 > eps at long lengths, where u -> 0). Gu et al.'s own Sink_1 (alpha_1 > "
+      "eps) is " + Fmt(100 * r.sink_rate_1, "%.1f") + "%. The second map is GPT-2's last-token "
+      "attention to token 0 (Xiao et al. 2023; Gu et al. 2024): the last query of the last "
+      "full-length window, against the uniform share 1/n.");
   html.AddFigure(report::RenderHeatmap(HeadMap(r, "alpha_1: attention received by token 0", "alpha_1",
                                                [](const LayerAnalysis& la, int64_t h) {
                                                  const auto& a = la.attention.heads[h].alpha;
@@ -203,11 +188,11 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
       auto [a, l, h] = order[i];
       const AttentionHeadStats& s = r.layers[l].attention.heads[h];
       const HeadGeometry& g = r.layers[l].geometry[h];
-      rows.push_back({std::to_string(l), std::to_string(h), Fmt(a),
+      rows.push_back({std::to_string(l), std::to_string(h), Fmt(a), Fmt(SinkExcess(s)),
                       Fmt(s.last_key0), Fmt(s.entropy), Fmt(g.key_norm_ratio), Fmt(g.cos_key0),
                       Fmt(g.cos_key_other)});
     }
-    html.AddTable({"layer", "head", "alpha_1", "last query on token 0", "entropy",
+    html.AddTable({"layer", "head", "alpha_1", "excess over uniform", "last query on token 0", "entropy",
                    "|k_0| / mean |k|", "cos(q, k_0)", "cos(q, other keys)"},
                   rows, "The ten heads that attend most to token 0.");
   }
@@ -326,13 +311,28 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                          {"peak memory", Fmt(r.peak_rss_bytes / 1048576.0, "%.0f") + " MiB"},
                          {"definitions", "docs/METRICS.md; JSON schema docs/ANALYZE.md"}});
   Check(html.WriteTo(o.out + "/report.html"));
-  std::printf("%s\n%s\n", sink_text.c_str(), collapse_text.c_str());
+  if (o.json) {
+    nlohmann::ordered_json s;
+    s["report"] = o.out + "/report.html";
+    s["report_json"] = o.out + "/report.json";
+    s["text_tokens"] = r.text_tokens;
+    s["sinks_verdict"] = sink_text;
+    s["collapse_verdict"] = collapse_text;
+    s["sinks"] = j["sinks"];
+    s["relative_residual_last_layer"] = std::isfinite(resL) ? nlohmann::json(resL) : nlohmann::json(nullptr);
+    s["seconds"] = r.seconds;
+    s["peak_rss_bytes"] = r.peak_rss_bytes;
+    std::printf("%s\n", s.dump(2).c_str());
+  } else {
+    std::printf("%s\n%s\n", sink_text.c_str(), collapse_text.c_str());
+  }
 }
 
 void Run(const AnalyzeOptions& o) {
   CliModel m = LoadCliModel(o.model, o.tokenizer, /*need_tokenizer=*/true);
   const ModelConfig& c = m.gpt->config();
   std::string text_name = "the prompt", text;
+  if (!o.prompt.empty() && !o.text.empty()) throw UsageError("give --text or --prompt, not both");
   if (o.prompt.empty()) {
     std::string path = o.text;
     if (path.empty()) {
@@ -368,6 +368,7 @@ void Run(const AnalyzeOptions& o) {
   auto r = AnalyzeModel(*m.gpt, enc.value(), ao, /*progress=*/true);
   Check(r.status());
   WriteReport(o, m, text_name, r.value(), ao);
+  if (o.json) return;
   std::printf("analysed %ld tokens in %.1f s, peak memory %.0f MiB\nreport: %s/report.html\n",
               static_cast<long>(r.value().text_tokens), r.value().seconds,
               r.value().peak_rss_bytes / 1048576.0, o.out.c_str());
@@ -384,11 +385,16 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
   cmd->add_option("--prompt", o->prompt, "a text given on the command line instead");
   cmd->add_option("--out", o->out, "report directory (analysis)");
-  cmd->add_option("--window", o->window, "tokens per window (default: the model's context)");
-  cmd->add_option("--max-tokens", o->max_tokens, "analyse at most this many tokens");
+  cmd->add_option("--window", o->window, "tokens per window (default: the model's context)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  cmd->add_option("--max-tokens", o->max_tokens, "analyse at most the first N tokens (default: all)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", o->json, "print the verdicts and the sink numbers as JSON");
   cmd->add_option("--plot-heads", o->plot_heads, "full attention maps for LAYER.HEAD,...");
-  cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)");
-  cmd->add_option("--eps", o->eps, "sink threshold on alpha_1 (0.3, Gu et al.)");
+  cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--eps", o->eps, "sink threshold on alpha_1's excess over uniform attention (0.3, Gu et al.)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([o] { Run(*o); });
 }
 

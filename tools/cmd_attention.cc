@@ -1,6 +1,6 @@
 // `attnlab attention`: runs one attention forward (and optionally backward) on .npy files.
 //
-//   attnlab attention --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--probs P.npy]
+//   attnlab attention --q Q.npy --k K.npy --v V.npy --o O.npy [--lse L.npy] [--probs P.npy]
 //       [--kernel flash|reference] [--causal] [--window-left N] [--window-right N] [--sinks N]
 //       [--global N]
 //       [--mask-first-key] [--mask M.npy] [--softmax standard|softmax1|sink|sigmoid]
@@ -8,7 +8,7 @@
 //       [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dsink DS.npy]]
 //
 // Shapes (the semantics are attnlab/attention.h's):
-//   q, out, dout, dq  [batch, heads_q, len_q, head_dim]   float32 (float64 converted on read)
+//   q, o, dout, dq    [batch, heads_q, len_q, head_dim]   float32 (float64 converted on read)
 //   k, v, dk, dv      [batch, heads_kv, len_k, head_dim]
 //   lse               [batch, heads_q, len_q]              written as float32
 //   probs             [batch, heads_q, len_q, len_k]       --kernel reference only
@@ -16,6 +16,8 @@
 //   visible sink-logits       [heads_q]                            --softmax sink only dsink
 //   [heads_q]
 //
+// Flags named after a tensor (--q ... --o, --lse, --dq ...) take a .npy file path (docs/CLI.md: an
+// `--out` flag is always a directory, so this command has none).
 // Every input is read and checked, and every result computed, before the first output is
 // written; outputs are then written to temporaries and renamed into place, so a failing run
 // leaves no output file behind.
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +40,7 @@ namespace {
 
 struct AttentionOptions {
   std::string q, k, v, out, lse, probs;
+  bool json = false;
   std::string kernel = "flash";
   std::string softmax = "standard";
   bool causal = false;
@@ -86,13 +90,13 @@ SoftmaxKind ParseSoftmax(const std::string& name) {
   if (name == "softmax1") return SoftmaxKind::kSoftmax1;
   if (name == "sink") return SoftmaxKind::kSinkLogit;
   if (name == "sigmoid") return SoftmaxKind::kSigmoid;
-  throw CommandError("unknown --softmax '" + name +
+  throw UsageError("unknown --softmax '" + name +
                      "'; expected standard, softmax1, sink or sigmoid");
 }
 
 // Output flags in the order they are written, with their paths (empty = not requested).
 std::vector<std::pair<std::string, std::string>> OutputFlags(const AttentionOptions& o) {
-  return {{"--out", o.out}, {"--lse", o.lse}, {"--probs", o.probs}, {"--dq", o.dq},
+  return {{"--o", o.out}, {"--lse", o.lse}, {"--probs", o.probs}, {"--dq", o.dq},
           {"--dk", o.dk},   {"--dv", o.dv},   {"--dsink", o.dsink}};
 }
 
@@ -101,36 +105,36 @@ void CheckFlags(const AttentionOptions& o) {
   for (auto [flag, path, what] : {std::tuple{"--q", &o.q, "Q [batch, heads_q, len_q, head_dim]"},
                                   {"--k", &o.k, "K [batch, heads_kv, len_k, head_dim]"},
                                   {"--v", &o.v, "V [batch, heads_kv, len_k, head_dim]"},
-                                  {"--out", &o.out, "the output O"}}) {
-    if (path->empty()) throw CommandError(std::string("missing ") + flag + " (" + what + " .npy)");
+                                  {"--o", &o.out, "the output O"}}) {
+    if (path->empty()) throw UsageError(std::string("missing ") + flag + " (" + what + " .npy)");
   }
   if (o.kernel != "flash" && o.kernel != "reference") {
-    throw CommandError("unknown --kernel '" + o.kernel + "'; expected flash or reference");
+    throw UsageError("unknown --kernel '" + o.kernel + "'; expected flash or reference");
   }
   const SoftmaxKind softmax = ParseSoftmax(o.softmax);
   if (!o.probs.empty() && o.kernel != "reference") {
-    throw CommandError(
+    throw UsageError(
         "--probs needs --kernel reference: the flash kernel never materialises the "
         "len_q x len_k probability matrix (that is the point of it)");
   }
   for (auto [opt, value, flag] : {std::tuple{o.window_left_opt, o.window_left, "--window-left"},
                                   {o.window_right_opt, o.window_right, "--window-right"}}) {
     if (opt && opt->count() > 0 && value < 0) {
-      throw CommandError(std::string(flag) + " must be >= 0 (omit it for an unbounded side), got " +
+      throw UsageError(std::string(flag) + " must be >= 0 (omit it for an unbounded side), got " +
                          std::to_string(value));
     }
   }
-  if (o.sinks < 0) throw CommandError("--sinks must be >= 0, got " + std::to_string(o.sinks));
-  if (o.global < 0) throw CommandError("--global must be >= 0, got " + std::to_string(o.global));
+  if (o.sinks < 0) throw UsageError("--sinks must be >= 0, got " + std::to_string(o.sinks));
+  if (o.global < 0) throw UsageError("--global must be >= 0, got " + std::to_string(o.global));
   if (softmax == SoftmaxKind::kSinkLogit && o.sink_logits.empty()) {
-    throw CommandError("--softmax sink needs --sink-logits S.npy (float32 [heads_q])");
+    throw UsageError("--softmax sink needs --sink-logits S.npy (float32 [heads_q])");
   }
   if (softmax != SoftmaxKind::kSinkLogit && !o.sink_logits.empty()) {
-    throw CommandError("--sink-logits is only used with --softmax sink (got --softmax " +
+    throw UsageError("--sink-logits is only used with --softmax sink (got --softmax " +
                        o.softmax + ")");
   }
   if (softmax != SoftmaxKind::kSigmoid && o.sigmoid_bias_opt && o.sigmoid_bias_opt->count() > 0) {
-    throw CommandError("--sigmoid-bias is only used with --softmax sigmoid (got --softmax " +
+    throw UsageError("--sigmoid-bias is only used with --softmax sigmoid (got --softmax " +
                        o.softmax + ")");
   }
   const bool backward =
@@ -139,12 +143,12 @@ void CheckFlags(const AttentionOptions& o) {
     for (auto [flag, path] :
          {std::pair{"--dout", &o.dout}, {"--dq", &o.dq}, {"--dk", &o.dk}, {"--dv", &o.dv}}) {
       if (path->empty()) {
-        throw CommandError(std::string("the backward pass needs --dout, --dq, --dk and --dv; ") +
+        throw UsageError(std::string("the backward pass needs --dout, --dq, --dk and --dv; ") +
                            flag + " is missing");
       }
     }
     if (!o.dsink.empty() && softmax != SoftmaxKind::kSinkLogit) {
-      throw CommandError("--dsink is the gradient of the sink logits: it needs --softmax sink");
+      throw UsageError("--dsink is the gradient of the sink logits: it needs --softmax sink");
     }
   }
   // Distinct outputs in existing directories, checked now rather than after the computation.
@@ -156,17 +160,17 @@ void CheckFlags(const AttentionOptions& o) {
     const std::filesystem::path key = ec ? std::filesystem::path(path) : canon;
     for (const auto& [other_flag, other] : seen) {
       if (other == key) {
-        throw CommandError(flag + " and " + other_flag + " name the same file " + path);
+        throw UsageError(flag + " and " + other_flag + " name the same file " + path);
       }
     }
     seen.emplace_back(flag, key);
     if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-      throw CommandError(flag + " " + path + " exists and is not a regular file");
+      throw UsageError(flag + " " + path + " exists and is not a regular file");
     }
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (dir.empty()) dir = ".";
     if (!std::filesystem::is_directory(dir, ec)) {
-      throw CommandError(flag + " " + path + ": the directory " + dir.string() + " does not exist");
+      throw UsageError(flag + " " + path + ": the directory " + dir.string() + " does not exist");
     }
   }
 }
@@ -326,7 +330,7 @@ void RunAttention(const AttentionOptions& o) {
     if (path.empty()) return;
     Check(outputs.Stage(path, MakeNpyFloat(data.data(), s)), flag);
   };
-  stage("--out", o.out, out, q.shape);
+  stage("--o", o.out, out, q.shape);
   stage("--lse", o.lse, lse, {shape.batch, shape.heads_q, shape.len_q});
   stage("--probs", o.probs, probs, {shape.batch, shape.heads_q, shape.len_q, shape.len_k});
   if (backward) {
@@ -337,12 +341,27 @@ void RunAttention(const AttentionOptions& o) {
   }
   Check(outputs.Commit(), "writing outputs");
 
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["kernel"] = o.kernel;
+    j["softmax"] = o.softmax;
+    j["q_shape"] = q.shape;
+    j["kv_shape"] = k.shape;
+    j["forward_ms"] = fwd_ms;
+    j["backward_ms"] = backward ? nlohmann::json(bwd_ms) : nlohmann::json(nullptr);
+    j["outputs"] = nlohmann::json::object();
+    for (const auto& [flag, path] : OutputFlags(o)) {
+      if (!path.empty()) j["outputs"][flag.substr(2)] = path;
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
   std::printf("attention: %s kernel, %s softmax, q %s, k/v %s: forward %.3f ms", o.kernel.c_str(),
               o.softmax.c_str(), ShapeStr(q.shape).c_str(), ShapeStr(k.shape).c_str(), fwd_ms);
   if (backward) std::printf(", backward %.3f ms", bwd_ms);
   std::printf("; wrote %s", o.out.c_str());
   for (const auto& [flag, path] : OutputFlags(o)) {
-    if (!path.empty() && flag != "--out") std::printf(", %s", path.c_str());
+    if (!path.empty() && flag != "--o") std::printf(", %s", path.c_str());
   }
   std::printf("\n");
 }
@@ -360,7 +379,7 @@ void RegisterAttentionCommand(CLI::App& app) {
   cmd->add_option("--q", o.q, "Q .npy [batch, heads_q, len_q, head_dim] (required)");
   cmd->add_option("--k", o.k, "K .npy [batch, heads_kv, len_k, head_dim] (required)");
   cmd->add_option("--v", o.v, "V .npy, shaped like K (required)");
-  cmd->add_option("--out", o.out, "output O .npy, shaped like Q (required)");
+  cmd->add_option("--o", o.out, "output O .npy, shaped like Q (required)");
   cmd->add_option("--lse", o.lse, "output log-sum-exp .npy [batch, heads_q, len_q]");
   cmd->add_option("--probs", o.probs,
                   "output probabilities .npy [batch, heads_q, len_q, len_k] (--kernel reference)");
@@ -389,6 +408,7 @@ void RegisterAttentionCommand(CLI::App& app) {
   cmd->add_option("--dk", o.dk, "output dK .npy (required with --dout)");
   cmd->add_option("--dv", o.dv, "output dV .npy (required with --dout)");
   cmd->add_option("--dsink", o.dsink, "output d sink_logits .npy [heads_q] (--softmax sink)");
+  cmd->add_flag("--json", o.json, "print the timings and the files written as JSON");
   cmd->callback([opts] {
     try {
       RunAttention(*opts);

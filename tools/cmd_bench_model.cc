@@ -1,19 +1,25 @@
 // `attnlab bench model`: training, prefill and decode throughput of a GPT shape with random
 // weights and tokens (what decides how many tokens a model sees in an hour).
 //
-//   attnlab bench model [--preset default|gpt2-small|NAME ...] [--layers L --d-model C --heads H
-//                        --vocab V --context T --batch B --seq-len S] [--steps 5]
-//                       [--prefill 0] [--decode 64] [--json]
+//   attnlab bench model [--preset small3m|gpt2-small|default ...] [--layers L --d-model C
+//                        --heads H --vocab V --context T] [--batch B] [--seq-len S] [--steps 5]
+//                       [--prefill 0] [--decode 64] [--kv-dtype f32|bf16|f16] [--json]
+//                       [--threads T]
 //
-// Presets: "small3m": 4 layers, d_model 256, 4 heads, context 256, byte vocabulary (256), batch 16
-// (the PyTorch calibration shape in the performance issue); "gpt2-small": 12 x 768, 12 heads,
-// vocab 50257, context 1024, batch 4 x 256; "default": the embedded default model's shape if it
-// is present. Training tokens/s = batch * seq_len / (forward + backward + AdamW step), median of
-// --steps steps after one warm-up step. Prefill: one sequence of --prefill tokens (default: the
-// context) through a KV cache. Decode: --decode tokens one at a time after that prefill.
-// bench/torch_model_bench.py runs the same shapes in PyTorch and prints both side by side.
+// Presets: "small3m" (the default: seconds, a few hundred MB): 4 layers, d_model 256, 4 heads,
+// context 256, byte vocabulary (256), batch 16 (the PyTorch calibration shape in the performance
+// issue); "gpt2-small" (ask for it: 124M parameters, about 3 GB and a minute or more on 2 cores):
+// 12 x 768, 12 heads, vocab 50257, context 1024, batch 4 x 256; "default": the embedded default
+// model's shape. Training tokens/s = batch * seq_len / (forward + backward + AdamW step), median
+// of --steps steps after one warm-up step. Prefill: one sequence of --prefill tokens (default:
+// min(context - decode, 512)) through a KV cache. Decode: --decode tokens one at a time after
+// that prefill. Each rate is also given as model FLOP/s (6N + 6LCT per trained token, 2N + 2LCT
+// per inferred one: Kaplan et al. 2020, llm.c's MFU) divided by a 2048^3 sgemm measured in the
+// same run. --json prints the bench document (bench_json.h). bench/torch_model_bench.py runs the
+// same shapes in PyTorch and prints both side by side.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -21,10 +27,13 @@
 #include <vector>
 
 #include "attnlab/thread_pool.h"
+#include "bench_attention.h"
+#include "bench_json.h"
 #include "commands.h"
 #include "core/resources.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
+#include "report/format_number.h"
 #include "train/optimizer.h"
 
 namespace attnlab::cli {
@@ -42,6 +51,7 @@ struct Shape {
   std::string name;
   ModelConfig config;
   int64_t batch = 16, seq_len = 256;
+  int64_t prefill = 0;  // tokens
 };
 
 Shape Preset(const std::string& name) {
@@ -55,15 +65,13 @@ Shape Preset(const std::string& name) {
     c.vocab_size = 50257, c.context = 1024, c.d_model = 768, c.n_layer = 12, c.n_head = 12;
     c.position = PositionEncoding::kLearned;
     s.batch = 4, s.seq_len = 256;
-  } else if (name == "default") {
+  } else {  // "default" (the option's check allows nothing else)
     const std::string path = FindResource(kDefaultModelPath);
     if (path.empty()) throw CommandError("preset default: the embedded default model is missing");
     auto m = LoadCheckpoint(path);
     Check(m.status(), "preset default");
     c = m.value().config;
     s.batch = 16, s.seq_len = c.context;
-  } else {
-    throw CommandError("unknown preset '" + name + "' (small3m, gpt2-small, default)");
   }
   return s;
 }
@@ -77,7 +85,51 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
+// What a shape allocates, estimated: weights, gradients and AdamW's two moments (16 bytes per
+// parameter); the training activations the model keeps per layer (18 floats per token and
+// width: residuals, norms, qkv, attention, MLP in and out; gpt.cc), the backward's one-layer
+// buffers (15 per token and width) and the logits with their gradient; the KV caches (fp32 and
+// the --kv-dtype one). The caller adds the peak sgemm and the process itself.
+double EstimateBytes(const Shape& s, bool half_cache) {
+  const ModelConfig& c = s.config;
+  const double P = double(ModelParameterCount(c));
+  const double tokens = double(s.batch) * s.seq_len;
+  const double act = (18.0 * c.n_layer + 15.0) * tokens * c.d_model + 2.0 * tokens * c.vocab_size;
+  const double kv = 2.0 * c.n_layer * c.context * c.d_model * (4 + (half_cache ? 2 : 0));
+  return 16 * P + 4 * act + kv;
+}
+
+// The process before any shape: the binary and its libraries, and the 2048^3 peak sgemm.
+constexpr double kBaseBytes = 32.0 * (1 << 20) + 3.0 * 2048 * 2048 * 4;
+
+// Model FLOPs per token (Kaplan et al. 2020, section 2.1; llm.c's MFU): a forward is 2N + 2LCT
+// with N every parameter and T the context a token attends over; training is 3 forwards.
+double FlopsPerToken(const ModelConfig& c, double context, bool training) {
+  const double fwd = 2.0 * double(ModelParameterCount(c)) + 2.0 * c.n_layer * c.d_model * context;
+  return training ? 3 * fwd : fwd;
+}
+
+std::string ShapeText(const Shape& s) {
+  const ModelConfig& c = s.config;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s L=%ld C=%ld H=%ld V=%ld T=%ld", s.name.c_str(),
+                long(c.n_layer), long(c.d_model), long(c.n_head), long(c.vocab_size),
+                long(c.context));
+  return buf;
+}
+
+nlohmann::ordered_json ShapeJson(const Shape& s) {
+  const ModelConfig& c = s.config;
+  return {{"preset", s.name},         {"params", ModelParameterCount(c)},
+          {"layers", c.n_layer},      {"d_model", c.d_model},
+          {"heads", c.n_head},        {"vocab", c.vocab_size},
+          {"context", c.context},     {"batch", s.batch},
+          {"seq_len", s.seq_len}};
+}
+
+// The rows of one shape: train, prefill, decode (and decode with the --kv-dtype cache).
+std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvDtype kv_dtype,
+                                 const bench::TableRow& peak) {
   auto g = Gpt::Create(s.config);
   Check(g.status(), s.name);
   Gpt& gpt = *g.value();
@@ -90,9 +142,9 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
   AdamWConfig oc;
   AdamW opt(s.config, oc);
   std::vector<double> step_times;
+  double loss = 0;
   for (int64_t i = 0; i <= o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    double loss = 0;
     gpt.grads().Zero();
     Check(gpt.Forward(x.data(), y.data(), B, T, &loss));
     Check(gpt.Backward());
@@ -101,13 +153,8 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
   }
   const double step = Median(step_times);
   // Inference: prefill one sequence, then decode token by token.
-  const int64_t P = o.prefill > 0 ? o.prefill : std::min<int64_t>(s.config.context - o.decode, 512);
-  if (P < 1 || P + o.decode > s.config.context) {
-    throw CommandError("--prefill + --decode must fit the context of " + std::to_string(s.config.context));
-  }
+  const int64_t P = s.prefill;
   const ModelConfig& c = s.config;
-  Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
-  Check(kv_dtype.status(), "--kv-dtype");
   // The fp32 cache always runs (the reference); a 16-bit cache runs after it on the same tokens
   // and reports its own decode speed and max |logit - fp32 cache's logit| over the decoded steps.
   struct Timed {
@@ -125,7 +172,7 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
     for (int64_t i = 0; i < o.decode; ++i) {
       const int32_t next = x[(P + i) % x.size()];
       Check(gpt.Forward(&next, nullptr, 1, 1, nullptr, cache.get()));
-      if (dtype != KvDtype::kF32 || *kv_dtype != KvDtype::kF32) {
+      if (kv_dtype != KvDtype::kF32) {
         t.logits.insert(t.logits.end(), gpt.logits(), gpt.logits() + V);
       }
     }
@@ -134,39 +181,68 @@ nlohmann::ordered_json Run(const Shape& s, const BenchModelOptions& o) {
     return t;
   };
   const Timed f32 = infer(KvDtype::kF32);
-  Timed half;
-  double logit_err = 0, logit_max = 0;
-  if (*kv_dtype != KvDtype::kF32) {
-    half = infer(*kv_dtype);
-    for (size_t i = 0; i < f32.logits.size(); ++i) {
-      logit_err = std::max(logit_err, double(std::abs(half.logits[i] - f32.logits[i])));
-      logit_max = std::max(logit_max, double(std::abs(f32.logits[i])));
+
+  const std::string text = ShapeText(s);
+  const auto row = [&](const char* kernel, double tokens, double seconds, double flops_per_token,
+                       nlohmann::ordered_json extra) {
+    bench::TableRow r;
+    r.kernel = kernel;
+    r.shape = text;
+    if (extra.contains("kv_dtype")) r.shape += " kv=" + extra["kv_dtype"].get<std::string>();
+    r.shape_json = ShapeJson(s);
+    for (auto& [k, v] : extra.items()) r.shape_json[k] = v;
+    r.time_ms = seconds * 1e3;
+    r.rate = tokens / seconds;
+    r.unit = "tokens/s";
+    r.baseline = "sgemm_peak";
+    r.rate_in_baseline_unit = r.rate * flops_per_token * 1e-9;
+    r.ratio = r.rate_in_baseline_unit / peak.rate;
+    char note[96];
+    std::snprintf(note, sizeof note, "%.1f model GFLOP/s", r.rate_in_baseline_unit);
+    r.note = note;
+    return r;
+  };
+  std::vector<bench::TableRow> rows;
+  bench::TableRow train = row("train_step", double(B * T), step,
+                              FlopsPerToken(c, double(T), true), {{"tokens", B * T}});
+  train.checks.push_back({"training loss is finite", std::isfinite(loss), loss, NAN});
+  train.note += "; loss " + report::FormatSignificant(loss, 4);
+  rows.push_back(train);
+  rows.push_back(row("prefill", double(P), f32.prefill_s, FlopsPerToken(c, double(P), false),
+                     {{"tokens", P}, {"kv_dtype", "f32"}}));
+  if (o.decode > 0) {
+    const double ctx = double(P) + 0.5 * double(o.decode);
+    rows.push_back(row("decode", double(o.decode), f32.decode_s, FlopsPerToken(c, ctx, false),
+                       {{"tokens", o.decode}, {"prefill_tokens", P}, {"kv_dtype", "f32"}}));
+    if (kv_dtype != KvDtype::kF32) {
+      const Timed half = infer(kv_dtype);
+      double logit_err = 0, logit_max = 0;
+      for (size_t i = 0; i < half.logits.size() && i < f32.logits.size(); ++i) {
+        logit_err = std::max(logit_err, double(std::abs(half.logits[i] - f32.logits[i])));
+        logit_max = std::max(logit_max, double(std::abs(f32.logits[i])));
+      }
+      const std::string d(KvDtypeName(kv_dtype));
+      bench::TableRow r = row("decode", double(o.decode), half.decode_s,
+                              FlopsPerToken(c, ctx, false),
+                              {{"tokens", o.decode}, {"prefill_tokens", P}, {"kv_dtype", d}});
+      char buf[128];
+      std::snprintf(buf, sizeof buf,
+                    "; %s cache: max |logit - f32 cache logit| %.2e (max |logit| %.2f)", d.c_str(),
+                    logit_err, logit_max);
+      r.note += buf;
+      rows.push_back(r);
     }
   }
-  nlohmann::ordered_json j;
-  j["shape"] = s.name;
-  j["params"] = ModelParameterCount(c);
-  j["layers"] = c.n_layer, j["d_model"] = c.d_model, j["heads"] = c.n_head;
-  j["vocab"] = c.vocab_size, j["context"] = c.context;
-  j["batch"] = B, j["seq_len"] = T;
-  j["train_step_s"] = step;
-  j["train_tokens_per_s"] = B * T / step;
-  j["prefill_tokens"] = P;
-  j["prefill_tokens_per_s"] = P / f32.prefill_s;
-  j["decode_tokens"] = o.decode;
-  j["decode_tokens_per_s"] = o.decode > 0 ? o.decode / f32.decode_s : 0.0;
-  if (*kv_dtype != KvDtype::kF32) {
-    const std::string d(KvDtypeName(*kv_dtype));
-    j["kv_dtype"] = d;
-    j["decode_tokens_per_s_" + d] = o.decode > 0 ? o.decode / half.decode_s : 0.0;
-    j["max_logit_err_" + d] = logit_err;
-    j["max_abs_logit"] = logit_max;
-  }
-  return j;
+  return rows;
 }
 
-void RunAll(const BenchModelOptions& o) {
+std::vector<Shape> Shapes(const BenchModelOptions& o) {
   std::vector<Shape> shapes;
+  const bool custom_fields = o.d_model || o.heads || o.vocab || o.context;
+  if (custom_fields && o.layers == 0) {
+    throw UsageError("--d-model, --heads, --vocab and --context describe a custom shape: give "
+                     "--layers too");
+  }
   if (o.layers > 0) {
     Shape s;
     s.name = "custom";
@@ -175,45 +251,86 @@ void RunAll(const BenchModelOptions& o) {
     if (o.heads) s.config.n_head = o.heads;
     if (o.vocab) s.config.vocab_size = o.vocab;
     if (o.context) s.config.context = o.context;
-    Check(ValidateModelConfig(s.config), "custom shape");
-    s.batch = o.batch > 0 ? o.batch : 16;
-    s.seq_len = o.seq_len > 0 ? o.seq_len : s.config.context;
+    const Status st = ValidateModelConfig(s.config);
+    if (!st.ok()) throw UsageError("custom shape: " + st.message());
+    s.batch = 16;
+    s.seq_len = s.config.context;
     shapes.push_back(s);
   }
   for (const std::string& p : o.presets) shapes.push_back(Preset(p));
-  if (shapes.empty()) shapes = {Preset("small3m"), Preset("gpt2-small")};
+  if (shapes.empty()) shapes = {Preset("small3m")};
   for (Shape& s : shapes) {
     if (o.batch > 0) s.batch = o.batch;
     if (o.seq_len > 0) s.seq_len = o.seq_len;
-    if (s.seq_len > s.config.context) throw CommandError("--seq-len exceeds the context");
+    if (s.seq_len > s.config.context) {
+      throw UsageError("--seq-len " + std::to_string(s.seq_len) + " exceeds the context " +
+                       std::to_string(s.config.context) + " of " + s.name);
+    }
+    s.prefill = o.prefill > 0 ? o.prefill : std::min<int64_t>(s.config.context - o.decode, 512);
+    if (s.prefill < 1 || s.prefill + o.decode > s.config.context) {
+      throw UsageError("--prefill + --decode must fit the context of " + s.name + " (" +
+                       std::to_string(s.config.context) + ")");
+    }
   }
-  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  return shapes;
+}
+
+void RunAll(const BenchModelOptions& o) {
+  const std::vector<Shape> shapes = Shapes(o);
+  const KvDtype kv_dtype = *ParseKvDtype(o.kv_dtype);  // checked by the option
+  bench::BenchDocument doc("bench model");
+  double bytes = 0;
+  std::string what;
+  nlohmann::ordered_json js = nlohmann::ordered_json::array();
+  for (const Shape& s : shapes) {
+    const double b = kBaseBytes + EstimateBytes(s, kv_dtype != KvDtype::kF32);
+    bytes = std::max(bytes, b);  // one shape at a time
+    what += (what.empty() ? "" : "; ") + s.name + " (" +
+            report::FormatSignificant(ModelParameterCount(s.config) / 1e6, 3) + "M params, " +
+            std::to_string(s.config.n_layer) + " x " + std::to_string(s.config.d_model) +
+            ", batch " + std::to_string(s.batch) + " x " + std::to_string(s.seq_len) +
+            ", prefill " + std::to_string(s.prefill) + ", decode " + std::to_string(o.decode) +
+            ", ~" + report::FormatBytes(b) + ")";
+    js.push_back(ShapeJson(s));
+  }
+  doc.SetMemoryEstimate(static_cast<int64_t>(bytes));
+  nlohmann::ordered_json& set = doc.settings();
+  set["shapes"] = js;
+  set["steps"] = o.steps;
+  set["decode"] = o.decode;
+  set["prefill"] = o.prefill > 0 ? nlohmann::ordered_json(o.prefill) : nlohmann::ordered_json();
+  set["kv_dtype"] = o.kv_dtype;
+  doc.Define("rate", "tokens/s: training batch * seq_len / (forward + backward + AdamW step), "
+                     "median of --steps after a warm-up; prefill tokens / prefill time; decoded "
+                     "tokens / decode time");
+  doc.Define("rate_in_baseline_unit",
+             "model GFLOP/s: tokens/s x FLOPs per token, 6N + 6LCT training, 2N + 2LCT "
+             "inference (Kaplan et al. 2020; N every parameter, T the context attended)");
+  doc.Define("ratio", "model GFLOP/s over the same-run 2048^3 sgemm's GFLOP/s (an MFU)");
+  bench::Say(o.json, "attnlab bench model: " + what + "; " + std::to_string(o.steps) +
+                         " timed training steps; memory ~" + report::FormatBytes(bytes) +
+                         (o.presets.empty() && o.layers == 0
+                              ? " (GPT-2 124M: --preset gpt2-small, ~3 GB, a minute or more)"
+                              : ""));
+  const bench::TableRow peak = SgemmPeakRow(static_cast<int>(std::min<int64_t>(3, o.steps)));
   if (!o.json) {
-    std::printf("# attnlab bench model | threads: %d | training = forward + backward + AdamW\n",
-                DefaultThreadCount());
-    std::printf("%-12s %9s %14s %14s %16s %15s\n", "shape", "params", "batch x seq",
-                "train tok/s", "prefill tok/s", "decode tok/s");
+    std::printf("# CPU: %s | threads: %d | %s | training = forward + backward + AdamW\n",
+                doc.cpu().c_str(), doc.threads(), doc.date().c_str());
+    bench::PrintTableHeader();
+    bench::PrintTableRow(peak);
+  } else {
+    doc.AddBaseline("sgemm_peak", peak);
   }
   for (const Shape& s : shapes) {
-    nlohmann::ordered_json j = Run(s, o);
-    if (!o.json) {
-      char bs[32];
-      std::snprintf(bs, sizeof bs, "%ld x %ld", static_cast<long>(s.batch), static_cast<long>(s.seq_len));
-      std::printf("%-12s %8.1fM %14s %14.0f %16.0f %15.1f", s.name.c_str(),
-                  j["params"].get<double>() / 1e6, bs, j["train_tokens_per_s"].get<double>(),
-                  j["prefill_tokens_per_s"].get<double>(), j["decode_tokens_per_s"].get<double>());
-      if (j.contains("kv_dtype")) {
-        const std::string d = j["kv_dtype"];
-        std::printf("   %s cache: decode %.1f tok/s, max |logit diff| %.2e (max |logit| %.2f)",
-                    d.c_str(), j["decode_tokens_per_s_" + d].get<double>(),
-                    j["max_logit_err_" + d].get<double>(), j["max_abs_logit"].get<double>());
+    for (const bench::TableRow& r : Run(s, o, kv_dtype, peak)) {
+      if (o.json) {
+        doc.AddRow(r);
+      } else {
+        bench::PrintTableRow(r);
       }
-      std::printf("\n");
-      std::fflush(stdout);
     }
-    all.push_back(j);
   }
-  if (o.json) std::printf("%s\n", all.dump(2).c_str());
+  if (o.json) doc.Print();
 }
 
 }  // namespace
@@ -223,20 +340,27 @@ void RegisterBenchModelCommand(CLI::App& app) {
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "model", "training, prefill and decode tokens/s of a GPT shape (random weights)");
-  cmd->add_option("--preset", o->presets, "small3m, gpt2-small, default (several allowed)");
-  cmd->add_option("--layers", o->layers, "custom shape: layers");
-  cmd->add_option("--d-model", o->d_model, "custom shape: width");
-  cmd->add_option("--heads", o->heads, "custom shape: heads");
-  cmd->add_option("--vocab", o->vocab, "custom shape: vocabulary");
-  cmd->add_option("--context", o->context, "custom shape: context");
-  cmd->add_option("--batch", o->batch, "sequences per training step");
-  cmd->add_option("--seq-len", o->seq_len, "tokens per training sequence");
+  cmd->fallthrough();
+  cmd->add_option("--preset", o->presets,
+                  "small3m (the default), gpt2-small (124M, ~3 GB), default (the embedded "
+                  "model's shape); several allowed")
+      ->check(CLI::IsMember({"small3m", "gpt2-small", "default"}));
+  const auto size = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  cmd->add_option("--layers", o->layers, "custom shape: layers")->check(size);
+  cmd->add_option("--d-model", o->d_model, "custom shape: width")->check(size);
+  cmd->add_option("--heads", o->heads, "custom shape: heads")->check(size);
+  cmd->add_option("--vocab", o->vocab, "custom shape: vocabulary")->check(size);
+  cmd->add_option("--context", o->context, "custom shape: context")->check(size);
+  cmd->add_option("--batch", o->batch, "sequences per training step")->check(size);
+  cmd->add_option("--seq-len", o->seq_len, "tokens per training sequence")->check(size);
   cmd->add_option("--steps", o->steps, "timed training steps (5)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--prefill", o->prefill, "prefill tokens (default: min(context - decode, 512))");
+  cmd->add_option("--prefill", o->prefill, "prefill tokens (default: min(context - decode, 512))")
+      ->check(size);
   cmd->add_option("--decode", o->decode, "decoded tokens (64)")->check(CLI::Range(0, 1000000));
   cmd->add_option("--kv-dtype", o->kv_dtype,
-                  "also decode with a bf16 or f16 KV cache: its speed and logit error (f32)");
-  cmd->add_flag("--json", o->json, "print JSON");
+                  "also decode with a bf16 or f16 KV cache: its speed and logit error (f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_flag("--json", o->json, "print the bench JSON document (bench/README.md) instead");
   cmd->callback([o] { RunAll(*o); });
 }
 

@@ -2,9 +2,10 @@
 //
 //   attnlab eval [--model M] [--text FILE] [--max-tokens N]
 //
-// The text (default: the bundled sample) is tokenised, cut into non-overlapping windows of the
-// model's context (each starting with BOS when the model was trained that way), and every token
-// after the first of a window is scored.
+// The text (default: the bundled sample) is tokenised and cut into consecutive windows of the
+// model's context, each run as its own sequence (starting with BOS when the model was trained that
+// way). Every text token is scored exactly once: with BOS, all N of them (the first from BOS alone);
+// without, all but the first (N - 1), since nothing predicts it.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,10 +25,6 @@ struct EvalOptions {
 };
 
 void Run(const EvalOptions& o) {
-  if (o.max_tokens < 0) {
-    throw CommandError("--max-tokens must be >= 0 (0 scores every token), got " +
-                       std::to_string(o.max_tokens));
-  }
   std::string path = o.text;
   if (path.empty()) {
     path = FindResource(kSampleTextPath);
@@ -43,10 +40,16 @@ void Run(const EvalOptions& o) {
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   const bool bos = TrainedWithBos(m);
   const int64_t T = c.context, N = static_cast<int64_t>(ids.size());
-  // Window w scores each token exactly once: with BOS, x = [BOS, ids[s .. s+T-2]] predicts
-  // ids[s .. s+T-1) (step T-1); without, x = ids[s .. s+T-1] predicts ids[s+1 .. s+T] (step T).
-  const int64_t step = bos ? T - 1 : T;
-  if (N < 2) throw CommandError("the text has fewer than 2 tokens");
+  // Window w scores each token exactly once, so windows advance by T in both cases: with BOS,
+  // x = [BOS, ids[s .. s+T-2]] (T tokens) predicts y = ids[s .. s+T-1]; without, x = ids[s ..
+  // s+T-1] predicts y = ids[s+1 .. s+T]. The next window starts at s + T: with BOS its first
+  // target is ids[s+T], which no earlier window scored; without BOS, ids[s+T] (already scored as
+  // the last target) is only its first input.
+  const int64_t step = T;
+  if (N < (bos ? 1 : 2)) {
+    throw CommandError(bos ? "the text has no tokens"
+                           : "the text has fewer than 2 tokens (nothing predicts the first)");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   double nll = 0;
   int64_t scored = 0;
@@ -91,7 +94,8 @@ void RegisterEvalCommand(CLI::App& app) {
   cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
   cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
   cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
-  cmd->add_option("--max-tokens", o->max_tokens, "score at most this many tokens (0 = all)");
+  cmd->add_option("--max-tokens", o->max_tokens, "use at most the first N tokens of the text (default: all)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] { Run(*o); });
 }

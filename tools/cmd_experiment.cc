@@ -1,6 +1,6 @@
 // `attnlab experiment`: run one of the reproducible experiments (src/experiments/experiment.h).
 //
-//   attnlab experiment <name> [--quick] [--seed S] [--out DIR] [--data DIR] [--threads N]
+//   attnlab [--threads N] experiment <name> [--quick] [--seed S] [--out DIR] [--data DIR]
 //   attnlab experiment --list
 //
 // Writes DIR/report.json and DIR/report.html (DIR defaults to experiments/<name>), prints the
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "attnlab/thread_pool.h"
@@ -20,12 +21,19 @@ namespace {
 
 struct ExperimentFlags {
   std::string name, out, data;
-  bool quick = false, list = false;
+  bool quick = false, list = false, json = false;
   uint64_t seed = 1;
-  int threads = 0;
 };
 
-void List() {
+void List(bool json = false) {
+  if (json) {
+    nlohmann::ordered_json j = nlohmann::json::array();
+    for (const experiments::Experiment& e : experiments::AllExperiments()) {
+      j.push_back({{"name", e.name}, {"description", e.description}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
   std::printf("experiments (attnlab experiment <name> [--quick]):\n");
   for (const experiments::Experiment& e : experiments::AllExperiments()) {
     std::printf("  %-20s %s\n", e.name.c_str(), e.description.c_str());
@@ -34,16 +42,15 @@ void List() {
 
 void Run(const ExperimentFlags& f) {
   if (f.list || f.name.empty()) {
-    List();
-    if (f.name.empty() && !f.list) throw CommandError("name an experiment (see the list above)");
+    List(f.json && f.list);
+    if (f.name.empty() && !f.list) throw UsageError("name an experiment (see the list above)");
     return;
   }
   const experiments::Experiment* e = experiments::FindExperiment(f.name);
   if (!e) {
     List();
-    throw CommandError("unknown experiment '" + f.name + "' (see the list above)");
+    throw UsageError("unknown experiment '" + f.name + "' (see the list above)");
   }
-  if (f.threads > 0) SetDefaultThreadCount(f.threads);
   experiments::ExperimentOptions o;
   o.quick = f.quick;
   o.seed = f.seed;
@@ -68,8 +75,34 @@ void Run(const ExperimentFlags& f) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   experiments::ExperimentResult& r = result.value();
   Check(experiments::WriteExperimentReport(*e, o, r, secs), "writing the report");
-  std::printf("%s\n\n", r.summary.c_str());
   int failed = 0;
+  for (const experiments::Check& c : r.checks) failed += !c.passed;
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["experiment"] = e->name;
+    j["report"] = o.out_dir + "/report.html";
+    j["report_json"] = o.out_dir + "/report.json";
+    j["seconds"] = secs;
+    j["threads"] = DefaultThreadCount();
+    j["summary"] = r.summary;
+    j["checks"] = nlohmann::json::array();
+    for (const experiments::Check& c : r.checks) {
+      j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
+    }
+    j["claims"] = nlohmann::json::array();
+    for (const experiments::Claim& c : r.claims) {
+      j["claims"].push_back({{"name", c.name}, {"source", c.source}, {"expected", c.expected},
+                             {"measured", c.measured}, {"holds", c.holds}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  if (failed > 0 && f.json) {
+    throw CommandError(std::to_string(failed) + " invariant check(s) failed (see " + o.out_dir +
+                       "/report.json)");
+  }
+  if (f.json) return;
+  failed = 0;
+  std::printf("%s\n\n", r.summary.c_str());
   for (const experiments::Check& c : r.checks) {
     if (!c.passed) {
       ++failed;
@@ -99,12 +132,11 @@ void RegisterExperimentCommand(CLI::App& app) {
   cmd->add_flag("--list", f->list, "list the experiments");
   cmd->add_flag("--quick", f->quick, "the small CI size (seconds)");
   cmd->add_option("--seed", f->seed, "seed of every random choice (1)");
+  cmd->add_flag("--json", f->json, "print the checks and claims as JSON (the report is written too)");
   cmd->add_option("--out", f->out, "report directory (experiments/<name>)");
   cmd->add_option("--data", f->data,
                   "input of the experiment: a data directory (attnlab prepare) for the training "
                   "experiments, a model directory for heads");
-  cmd->add_option("--threads", f->threads, "worker threads (default: all cores)")
-      ->check(CLI::Range(1, 1024));
   cmd->callback([f] { Run(*f); });
 }
 

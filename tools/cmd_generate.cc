@@ -1,15 +1,22 @@
 // `attnlab generate`: sample text from a model, streaming tokens as they come.
 //
-//   attnlab generate [--model M] [--prompt STR] [--max-tokens 200] [--temperature 0.8]
-//                    [--top-k 40] [--top-p 0.95] [--seed 1]
-//                    [--policy dense|window|sink] [--sinks 4] [--window W]
+//   attnlab generate [--model M] [--prompt STR | --text FILE] [--max-tokens 100]
+//                    [--temperature 0.8] [--top-k 40] [--top-p 0.95] [--seed 1]
+//                    [--policy dense|window|sink] [--sinks 4] [--window W] [--kv-dtype f32]
+//                    [--json]
 //
 // The prompt is prefilled into a KV cache, then one token at a time is decoded against it.
 // The model defaults to the embedded one. The dense cache (default) keeps every token, so prompt
-// plus generated tokens are limited to the model's context; the window and sink policies
+// plus generated tokens must fit the model's context: a request that cannot is refused before
+// any work (a usage error naming the limit), never cut short. The window and sink policies
 // (model/streaming_cache.h) keep W tokens and generate without a length limit at constant memory.
+// Generation stops early only when the model produces its end-of-text token, and says so.
+// --json prints one JSON document (prompt and generated token ids and text, the policy) instead
+// of the streamed text.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_model.h"
@@ -21,98 +28,174 @@ namespace attnlab::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, tokenizer, prompt, policy = "dense";
-  int64_t max_tokens = 200, sinks = 4, window = 0;
+  std::string model, tokenizer, prompt, text, policy = "dense";
+  int64_t max_tokens = 100, sinks = 4, window = 0;
   std::string kv_dtype = "f32";
   SamplerConfig sampler{0.8f, 40, 0.95f, 1};
+  bool json = false;
+  CLI::Option *window_opt = nullptr, *sinks_opt = nullptr;
 };
 
 void Run(const GenerateOptions& o) {
-  Check(ValidateSampler(o.sampler));
-  if (o.max_tokens < 1) throw CommandError("--max-tokens must be >= 1");
+  // Usage errors (exit 2), before any work: values out of range, then options that do not
+  // apply to the chosen policy.
+  if (o.max_tokens < 1) {
+    throw UsageError("--max-tokens must be >= 1, got " + std::to_string(o.max_tokens));
+  }
+  if (Status st = ValidateSampler(o.sampler); !st.ok()) throw UsageError(st.message());
+  CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks);
+  auto policy = ParseCachePolicy(o.policy);
+  if (!policy.ok()) throw UsageError("--policy: " + policy.status().message());
+  if (policy.value() == CachePolicy::kRecompute) {
+    throw UsageError("--policy recompute is an evaluation baseline (attnlab stream), not a "
+                     "cache; use dense, window or sink");
+  }
+  const bool bounded = policy.value() != CachePolicy::kDense;
+  // Options that do not apply to the chosen policy are refused, not ignored.
+  if (!bounded && o.window_opt->count() > 0) {
+    throw UsageError("--window applies to --policy window and sink; the dense cache (the "
+                     "default) keeps every token (add --policy sink or --policy window)");
+  }
+  if (policy.value() != CachePolicy::kSinkWindow && o.sinks_opt->count() > 0) {
+    throw UsageError("--sinks applies to --policy sink only (the " + o.policy +
+                     " policy pins no tokens)");
+  }
+  Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
+  if (!kv_dtype.ok()) throw UsageError("--kv-dtype: " + kv_dtype.status().message());
+  if (bounded && *kv_dtype != KvDtype::kF32) {
+    throw UsageError("--kv-dtype " + o.kv_dtype + " needs --policy dense (the streaming caches "
+                     "hold fp32)");
+  }
   CliModel m = LoadCliModel(o.model, o.tokenizer, /*need_tokenizer=*/true);
   Gpt& g = *m.gpt;
   const ModelConfig& c = g.config();
-  auto enc = m.tokenizer->Encode(o.prompt);
+  const std::string prompt = o.text.empty() ? o.prompt : ReadTextInput(o.text, "");
+  auto enc = m.tokenizer->Encode(prompt);
   Check(enc.status());
   std::vector<int32_t> ids;
   const bool bos = TrainedWithBos(m);
-  if (bos || o.prompt.empty()) {
+  if (bos || prompt.empty()) {
     if (!m.tokenizer->bos_id()) throw CommandError("an empty prompt needs a tokenizer with a BOS token");
     ids.push_back(*m.tokenizer->bos_id());
   }
   ids.insert(ids.end(), enc.value().begin(), enc.value().end());
-  auto policy = ParseCachePolicy(o.policy);
-  Check(policy.status(), "--policy");
-  if (policy.value() == CachePolicy::kRecompute) {
-    throw CommandError("--policy recompute is an evaluation baseline (attnlab stream), not a cache");
-  }
-  const bool bounded = policy.value() != CachePolicy::kDense;
-  Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
-  Check(kv_dtype.status(), "--kv-dtype");
-  if (bounded && *kv_dtype != KvDtype::kF32) {
-    throw CommandError("--kv-dtype " + o.kv_dtype + " needs --policy dense (the streaming caches "
-                       "hold fp32)");
-  }
+  const int64_t P = static_cast<int64_t>(ids.size());
   std::unique_ptr<KvCache> cache;
-  int64_t step_max = static_cast<int64_t>(ids.size());  // prompt tokens per prefill step
+  int64_t step_max = P;  // prompt tokens per prefill step
+  StreamingCacheConfig sc;
   if (bounded) {
-    StreamingCacheConfig sc;
     sc.policy = policy.value();
     sc.n_sink = o.sinks;
-    sc.window = o.window > 0 ? o.window : c.context;
-    Check(ValidateStreamingConfig(sc, c));
+    sc.window = o.window_opt->count() > 0 ? o.window : c.context;
+    if (Status st = ValidateStreamingConfig(sc, c); !st.ok()) throw UsageError(st.message());
     cache = std::make_unique<StreamingKvCache>(sc, c);
     step_max = sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
   } else {
-    if (static_cast<int64_t>(ids.size()) >= c.context) {
-      throw CommandError("the prompt is " + std::to_string(ids.size()) +
-                         " tokens; the model's context is " + std::to_string(c.context) +
-                         " (use --policy sink for unlimited length)");
+    // The dense cache holds the prompt and every generated token: all of them must fit the
+    // context. Refused up front (rather than stopping early with success) so that a script
+    // never mistakes a truncated text for the one it asked for.
+    const std::string prompt_desc =
+        "the prompt is " + std::to_string(P) + " token" + (P == 1 ? "" : "s") +
+        (bos ? " (with the BOS token)" : "");
+    if (P >= c.context) {
+      throw UsageError(prompt_desc + "; the model's context is " + std::to_string(c.context) +
+                       ", so the dense cache has no room to generate: use --policy sink (or "
+                       "window) for unlimited length at constant memory");
+    }
+    if (P + o.max_tokens > c.context) {
+      throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + " does not fit the dense "
+                       "cache: " + prompt_desc + " and the model's context is " +
+                       std::to_string(c.context) + ", so at most " + std::to_string(c.context - P) +
+                       " tokens can be generated; use --max-tokens " + std::to_string(c.context - P) +
+                       " or less, or --policy sink (or window) to generate without a length "
+                       "limit at constant memory");
     }
     auto made = MakeKvCache(c, *kv_dtype);  // linear attention: its running state
     Check(made.status(), "--kv-dtype");
     cache = std::move(made).value();
   }
-  const int64_t n_new =
-      bounded ? o.max_tokens
-              : std::min<int64_t>(o.max_tokens, c.context - static_cast<int64_t>(ids.size()));
+  const int64_t n_new = o.max_tokens;
   Sampler sampler(o.sampler);
-  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-  std::fflush(stdout);
+  if (!o.json) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t s = 0; s < ids.size(); s += step_max) {
-    const int64_t n = std::min<int64_t>(step_max, ids.size() - s);
+  for (int64_t s = 0; s < P; s += step_max) {
+    const int64_t n = std::min<int64_t>(step_max, P - s);
     Check(g.Forward(ids.data() + s, nullptr, 1, n, nullptr, cache.get()));
   }
   const auto t1 = std::chrono::steady_clock::now();
   const int64_t V = c.vocab_size;
   const float* last = g.logits() + (g.last_len() - 1) * V;
-  int64_t produced = 0;
-  for (; produced < n_new; ++produced) {
+  std::vector<int32_t> generated;
+  std::string generated_text;
+  bool stopped_at_eos = false;
+  while (static_cast<int64_t>(generated.size()) < n_new) {
     const int32_t next = sampler.Sample(std::span<const float>(last, V));
-    if (m.tokenizer->eos_id() && next == *m.tokenizer->eos_id()) break;
-    auto bytes = m.tokenizer->TokenBytes(next);
-    Check(bytes.status());
-    std::fwrite(bytes.value().data(), 1, bytes.value().size(), stdout);
-    std::fflush(stdout);
-    if (produced + 1 == n_new) {
-      ++produced;
+    if (m.tokenizer->eos_id() && next == *m.tokenizer->eos_id()) {
+      stopped_at_eos = true;
       break;
     }
+    auto bytes = m.tokenizer->TokenBytes(next);
+    Check(bytes.status());
+    generated.push_back(next);
+    generated_text += bytes.value();
+    if (!o.json) {
+      std::fwrite(bytes.value().data(), 1, bytes.value().size(), stdout);
+      std::fflush(stdout);
+    }
+    if (static_cast<int64_t>(generated.size()) == n_new) break;
     Check(g.Forward(&next, nullptr, 1, 1, nullptr, cache.get()));
     last = g.logits();
   }
   const auto t2 = std::chrono::steady_clock::now();
   const double prefill = std::chrono::duration<double>(t1 - t0).count();
   const double decode = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("\n");
+  const int64_t produced = static_cast<int64_t>(generated.size());
+  const double tps = decode > 0 ? produced / decode : 0.0;
+  if (o.json) {
+    nlohmann::json j{
+        {"model", m.path},
+        {"policy", o.policy},
+        {"window", bounded ? nlohmann::json(sc.window) : nlohmann::json()},
+        {"sinks", sc.policy == CachePolicy::kSinkWindow && bounded ? nlohmann::json(sc.n_sink)
+                                                                    : nlohmann::json()},
+        {"kv_dtype", o.kv_dtype},
+        {"context", c.context},
+        {"sampler",
+         {{"temperature", std::round(o.sampler.temperature * 1e6) / 1e6},  // not 0.800000011...
+          {"top_k", o.sampler.top_k},
+          {"top_p", std::round(o.sampler.top_p * 1e6) / 1e6},
+          {"seed", o.sampler.seed}}},
+        {"prompt", prompt},
+        {"prompt_file", o.text.empty() ? nlohmann::json() : nlohmann::json(o.text)},
+        {"prompt_tokens", ids},
+        {"bos", bos || prompt.empty()},
+        {"max_tokens", n_new},
+        {"generated_tokens", generated},
+        {"generated_text", generated_text},
+        {"tokens_generated", produced},
+        {"stop_reason", stopped_at_eos ? "end-of-text" : "max-tokens"},
+        {"prefill_seconds", prefill},
+        {"decode_tokens_per_s", tps},
+        {"cache_tokens", cache->size()},
+        {"cache_bytes", cache->bytes()}};
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
   std::fflush(stdout);  // the text ends before the statistics on stderr
+  if (stopped_at_eos) {
+    std::fprintf(stderr, "[stopped early: the model produced its end-of-text token after %ld of "
+                         "%ld tokens]\n",
+                 static_cast<long>(produced), static_cast<long>(n_new));
+  }
   std::fprintf(stderr,
-               "[%zu prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s; cache %s, "
-               "%.1f MiB]\n",
-               ids.size(), prefill, static_cast<long>(produced), decode > 0 ? produced / decode : 0.0,
-               o.policy.c_str(), cache->bytes() / 1048576.0);
+               "[%ld prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s; cache %s, "
+               "%ld tokens, %.1f MiB]\n",
+               static_cast<long>(P), prefill, static_cast<long>(produced), tps, o.policy.c_str(),
+               static_cast<long>(cache->size()), cache->bytes() / 1048576.0);
 }
 
 }  // namespace
@@ -122,17 +205,29 @@ void RegisterGenerateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a model (streams tokens)");
   cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
   cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
-  cmd->add_option("--prompt", o->prompt, "text to continue (default: start from BOS)");
-  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate (200)");
+  CLI::Option* prompt =
+      cmd->add_option("--prompt", o->prompt, "literal text to continue (default: start from BOS)");
+  cmd->add_option("--text", o->text, "a text file to continue (instead of --prompt)")
+      ->excludes(prompt);
+  cmd->add_option("--max-tokens", o->max_tokens,
+                  "tokens to generate, >= 1 (100; fewer only if the model ends the text). With "
+                  "the dense cache prompt + N must fit the model's context");
   cmd->add_option("--temperature", o->sampler.temperature, "0 = greedy (0.8)");
   cmd->add_option("--top-k", o->sampler.top_k, "sample from the k most likely (40; 0 = all)");
-  cmd->add_option("--top-p", o->sampler.top_p, "nucleus mass (0.95)");
+  cmd->add_option("--top-p", o->sampler.top_p, "nucleus mass in (0, 1] (0.95)");
   cmd->add_option("--seed", o->sampler.seed, "sampling seed (1)");
-  cmd->add_option("--policy", o->policy, "KV cache: dense (default), window, sink (no length limit)");
-  cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
+  cmd->add_option("--policy", o->policy,
+                  "KV cache: dense (default; prompt + tokens <= context), window, sink (no "
+                  "length limit)");
+  o->sinks_opt = cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
   cmd->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache storage: f32 (default), bf16 or f16 (--policy dense)");
-  cmd->add_option("--window", o->window, "tokens the cache holds, sinks included (default: context)");
+  o->window_opt = cmd->add_option("--window", o->window,
+                                  "tokens the window/sink cache holds, sinks included, >= 1 "
+                                  "(default: the model's context; not with --policy dense)");
+  cmd->add_flag("--json", o->json,
+                "print one JSON document (prompt and generated token ids and text, policy) "
+                "instead of the streamed text");
   cmd->callback([o] { Run(*o); });
 }
 

@@ -118,22 +118,22 @@ void Row(const std::string& label, const std::string& formula, uint64_t bytes) {
 }
 
 void RunMemory(const MemoryOptions& o) {
-  if (!o.n_opt || o.n_opt->count() == 0) throw CommandError("missing --n (sequence length N)");
+  if (!o.n_opt || o.n_opt->count() == 0) throw UsageError("missing --n (sequence length N)");
   for (auto [flag, value] : {std::pair{"--n", o.n},
                              {"--heads", o.heads},
                              {"--head-dim", o.head_dim},
                              {"--batch", o.batch},
                              {"--layers", o.layers}}) {
     if (value < 1)
-      throw CommandError(std::string(flag) + " must be >= 1, got " + std::to_string(value));
+      throw UsageError(std::string(flag) + " must be >= 1, got " + std::to_string(value));
     if (value > (int64_t{1} << 31)) {
-      throw CommandError(std::string(flag) + " = " + std::to_string(value) +
+      throw UsageError(std::string(flag) + " = " + std::to_string(value) +
                          " exceeds attnlab's limit 2^31");
     }
   }
   const int64_t kv_heads = o.kv_heads == 0 ? o.heads : o.kv_heads;
   if (kv_heads < 1 || o.heads % kv_heads != 0) {
-    throw CommandError("--kv-heads must divide --heads (" + std::to_string(o.heads) + "), got " +
+    throw UsageError("--kv-heads must divide --heads (" + std::to_string(o.heads) + "), got " +
                        std::to_string(kv_heads));
   }
   int bytes;
@@ -142,7 +142,7 @@ void RunMemory(const MemoryOptions& o) {
   } else if (o.dtype == "bf16" || o.dtype == "fp16") {
     bytes = 2;
   } else {
-    throw CommandError("unknown --dtype '" + o.dtype + "'; expected fp32, bf16 or fp16");
+    throw UsageError("unknown --dtype '" + o.dtype + "'; expected fp32, bf16 or fp16");
   }
   const MemoryReport r = Compute(o, kv_heads, bytes);
   const std::string N = std::to_string(o.n), H = std::to_string(o.heads),

@@ -23,6 +23,7 @@ namespace {
 struct PrepareOptions {
   std::string corpus = "brown", text, tokenizer = "byte", out;
   int64_t val_every = 20;
+  bool json = false;
 };
 
 void Run(const PrepareOptions& o) {
@@ -45,7 +46,7 @@ void Run(const PrepareOptions& o) {
     docs = std::move(r).value();
     source = "brown (" + dir + ")";
   } else {
-    throw CommandError("--corpus: unknown corpus '" + o.corpus + "' (use brown, or --text FILE)");
+    throw UsageError("--corpus: unknown corpus '" + o.corpus + "' (use brown, or --text FILE)");
   }
   nlohmann::json spec;
   if (o.tokenizer.rfind("bpe:", 0) == 0) {
@@ -55,7 +56,7 @@ void Run(const PrepareOptions& o) {
     } catch (const std::exception&) {
       merges = -1;
     }
-    if (merges < 1) throw CommandError("--tokenizer bpe:N needs a positive number of merges");
+    if (merges < 1) throw UsageError("--tokenizer bpe:N needs a positive number of merges");
     BpeTrainer trainer;
     for (size_t i = 0; i < docs.size(); ++i) {
       if (static_cast<int64_t>(i % o.val_every) != o.val_every - 1) trainer.AddText(docs[i]);
@@ -92,6 +93,13 @@ void Run(const PrepareOptions& o) {
                       {"unigram_val_loss", st.unigram_val_loss}};
   Check(WriteFileAtomically(o.out + "/tokenizer.json", spec.dump()));
   Check(WriteFileAtomically(o.out + "/corpus.json", info.dump(2) + "\n"));
+  if (o.json) {
+    nlohmann::json j = info;
+    j["out"] = o.out;
+    j["seconds"] = secs;
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
   std::printf(
       "prepared %s: %ld documents, %.1f MB, tokenizer %s (%d ids)\n"
       "  train %ld tokens, validation %ld tokens; unigram baseline %.3f nats/token\n"
@@ -114,6 +122,7 @@ void RegisterPrepareCommand(CLI::App& app) {
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--val-every", o->val_every, "every n-th document goes to validation (20)")
       ->check(CLI::Range(2, 1000000));
+  cmd->add_flag("--json", o->json, "print the corpus statistics as JSON");
   cmd->callback([o] { Run(*o); });
 }
 

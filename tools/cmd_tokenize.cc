@@ -1,19 +1,21 @@
 // `attnlab tokenize`: encode, decode, and train tokenizers (attnlab/tokenizer.h).
 //
 //   encode   attnlab tokenize (--tokenizer SPEC | --encoder encoder.json --vocab vocab.bpe)
-//                             (--text STR | --file F | --batch F) [--json | --show]
-//              SPEC: "byte", "gpt2:<dir>", a directory with encoder.json + vocab.bpe, or an
-//              attnlab vocabulary file. --file - reads stdin. Prints the ids separated by
+//                             (--prompt STR | --text FILE | --batch F) [--json | --show]
+//              SPEC: "byte", "gpt2", "gpt2:<dir>", a directory, or an attnlab vocabulary file
+//              (LoadTokenizer). --text - reads stdin. Prints the ids separated by
 //              spaces; --json prints {"tokenizer": ..., "bytes": n, "ids": [...]}; --show one
 //              "id<TAB>token" line per token (token bytes rendered as GPT-2 does: ' ' -> 'Ġ').
 //              --batch F: F holds a JSON array of strings; prints a JSON array of id arrays.
 //   decode   attnlab tokenize (--tokenizer ... | --encoder ... --vocab ...) --ids "15496 995"
 //              writes the bytes to stdout, exactly (no newline added).
-//   train    attnlab tokenize --train CORPUS [CORPUS...] --merges N --out vocab.json
+//   train    attnlab tokenize --train CORPUS [CORPUS...] --merges N --out DIR
 //                             [--min-count C] [--special TOKEN ...] [--json]
-//              learns up to N merges (BpeTrainer) and writes attnlab's vocabulary file; prints
+//              learns up to N merges (BpeTrainer) and writes attnlab's vocabulary file
+//              DIR/vocab.json (--tokenizer DIR then loads it); prints
 //              the merges learnt, the vocabulary size and the time taken.
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "attnlab/tokenizer.h"
+#include "cli_model.h"
 #include "commands.h"
 #include "core/atomic_file.h"
 
@@ -33,9 +36,9 @@ namespace {
 constexpr int64_t kMaxInputBytes = int64_t{16} << 30;
 
 struct TokenizeOptions {
-  std::string tokenizer, encoder, vocab;
-  std::string text, file, batch, ids;
-  CLI::Option* text_opt = nullptr;
+  std::string tokenizer, encoder, vocab, model;
+  std::string prompt, text, batch, ids;
+  CLI::Option* prompt_opt = nullptr;
   bool json = false, show = false;
   std::vector<std::string> train;
   int32_t merges = BpeTrainerOptions{}.num_merges;
@@ -56,15 +59,19 @@ std::string ReadInput(const std::string& path) {
 
 std::unique_ptr<Tokenizer> OpenTokenizer(const TokenizeOptions& o) {
   const bool files = !o.encoder.empty() || !o.vocab.empty();
+  if (!o.model.empty()) {
+    if (files || !o.tokenizer.empty()) throw UsageError("give --model or a tokenizer, not both");
+    return std::move(LoadCliModel(o.model == "default" ? "" : o.model, "", true).tokenizer);
+  }
   if (files && !o.tokenizer.empty()) {
-    throw CommandError("give either --tokenizer or --encoder with --vocab, not both");
+    throw UsageError("give either --tokenizer or --encoder with --vocab, not both");
   }
   if (files && (o.encoder.empty() || o.vocab.empty())) {
-    throw CommandError("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+    throw UsageError("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
   }
   if (!files && o.tokenizer.empty()) {
-    throw CommandError(
-        "no tokenizer: give --tokenizer SPEC (byte, gpt2:<dir>, an attnlab "
+    throw UsageError(
+        "no tokenizer: give --tokenizer SPEC (byte, gpt2, gpt2:<dir>, a directory, an attnlab "
         "vocabulary file) or --encoder encoder.json --vocab vocab.bpe");
   }
   Result<std::unique_ptr<Tokenizer>> t =
@@ -80,7 +87,11 @@ std::vector<int32_t> EncodeOrThrow(const Tokenizer& tok, std::string_view text) 
 }
 
 void RunTrain(const TokenizeOptions& o) {
-  if (o.out.empty()) throw CommandError("--train needs --out <vocabulary file to write>");
+  if (o.out.empty()) throw UsageError("--train needs --out DIR (the vocabulary goes to DIR/vocab.json)");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) throw CommandError("cannot create " + o.out + ": " + ec.message());
+  const std::string vocab_path = (std::filesystem::path(o.out) / "vocab.json").string();
   BpeTrainerOptions opts;
   opts.num_merges = o.merges;
   opts.min_pair_count = o.min_count;
@@ -98,11 +109,11 @@ void RunTrain(const TokenizeOptions& o) {
   BpeTrainerStats stats;
   Result<BpeVocabulary> vocab = trainer.Train(opts, &stats);
   Check(vocab.status());
-  Check(SaveBpeVocabulary(*vocab, o.out));
+  Check(SaveBpeVocabulary(*vocab, vocab_path));
   const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
   if (o.json) {
     nlohmann::ordered_json j;
-    j["out"] = o.out;
+    j["out"] = vocab_path;
     j["corpus_bytes"] = bytes;
     j["pieces"] = stats.pieces;
     j["distinct_pieces"] = stats.distinct_pieces;
@@ -124,7 +135,7 @@ void RunTrain(const TokenizeOptions& o) {
                 vocab->vocab_size(), vocab->special_tokens.size());
     std::printf("time: pre-tokenise + count %.2f s, merges %.2f s, total %.2f s\n", count_s,
                 stats.seconds, count_s + stats.seconds);
-    std::printf("wrote %s\n", o.out.c_str());
+    std::printf("wrote %s\n", vocab_path.c_str());
   }
 }
 
@@ -162,10 +173,10 @@ void PrintIds(const std::vector<int32_t>& ids) {
 }
 
 void RunEncode(const TokenizeOptions& o) {
-  const int inputs = (o.text_opt->count() > 0) + !o.file.empty() + !o.batch.empty();
+  const int inputs = (o.prompt_opt->count() > 0) + !o.text.empty() + !o.batch.empty();
   if (inputs != 1) {
-    throw CommandError(
-        "give exactly one of --text, --file, --batch (or --ids to decode, "
+    throw UsageError(
+        "give exactly one of --prompt STR, --text FILE, --batch FILE (or --ids to decode, "
         "--train to train)");
   }
   std::unique_ptr<Tokenizer> tok = OpenTokenizer(o);
@@ -180,11 +191,12 @@ void RunEncode(const TokenizeOptions& o) {
     std::printf("%s\n", out.dump().c_str());
     return;
   }
-  const std::string text = o.text_opt->count() > 0 ? o.text : ReadInput(o.file);
+  const std::string text = o.prompt_opt->count() > 0 ? o.prompt : ReadInput(o.text);
   const std::vector<int32_t> ids = EncodeOrThrow(*tok, text);
   if (o.json) {
     nlohmann::ordered_json j;
     j["tokenizer"] = tok->name();
+    j["bos"] = tok->bos_id() ? nlohmann::json(*tok->bos_id()) : nlohmann::json(nullptr);
     j["bytes"] = text.size();
     j["ids"] = ids;
     std::printf("%s\n", j.dump().c_str());
@@ -209,11 +221,13 @@ void RegisterTokenizeCommand(CLI::App& app) {
       "Encode text to token ids (GPT-2 BPE, byte, or an attnlab BPE vocabulary), decode ids, "
       "or train a byte-level BPE vocabulary on a corpus.");
   cmd->add_option("--tokenizer", o.tokenizer,
-                  "byte | gpt2:<dir> | <dir with encoder.json, vocab.bpe> | <attnlab vocab.json>");
+                  "byte | gpt2 | gpt2:<dir> | <dir> | <attnlab vocab.json>");
+  cmd->add_option("--model", o.model,
+                  "use this model's tokenizer (\"default\": the embedded model's)");
   cmd->add_option("--encoder", o.encoder, "GPT-2 encoder.json (with --vocab)");
   cmd->add_option("--vocab", o.vocab, "GPT-2 vocab.bpe (with --encoder)");
-  o.text_opt = cmd->add_option("--text", o.text, "the text to encode");
-  cmd->add_option("--file", o.file, "encode this file's bytes (- for stdin)");
+  o.prompt_opt = cmd->add_option("--prompt", o.prompt, "the text to encode, given here");
+  cmd->add_option("--text", o.text, "encode this file's bytes (- for stdin)");
   cmd->add_option("--batch", o.batch,
                   "a file holding a JSON array of strings: prints a JSON array of id arrays");
   cmd->add_option("--ids", o.ids, "decode these ids (\"15496 995\" or \"[15496, 995]\")");
@@ -227,7 +241,7 @@ void RegisterTokenizeCommand(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, INT64_MAX));
   o.specials_opt =
       cmd->add_option("--special", o.specials, "special tokens (default: <|endoftext|>)");
-  cmd->add_option("--out", o.out, "where --train writes the vocabulary (JSON)");
+  cmd->add_option("--out", o.out, "directory where --train writes vocab.json");
   cmd->callback([opts] {
     const TokenizeOptions& o = *opts;
     if (!o.train.empty()) {

@@ -31,7 +31,7 @@ using nlohmann::json;
 
 struct TrainFlags {
   std::string config_file, data, out;
-  bool resume = false;
+  bool resume = false, json_out = false;
   int64_t stop_at = -1;  // stop after this step (the schedule still spans --steps); -1: at the end
   json model = json::object();  // flags given, as ModelConfig JSON keys
   json train = json::object();  // flags given, as training keys
@@ -72,7 +72,7 @@ void Run(TrainFlags f) {
   train.update(f.train);
   auto settings = TrainSettingsFromJson(train);
   Check(settings.status());
-  if (f.data.empty()) throw CommandError("--data DIR is required (make one with attnlab prepare)");
+  if (f.data.empty()) throw UsageError("--data DIR is required (make one with attnlab prepare)");
 
   // Data and tokenizer.
   auto spec_text = ReadFileToString(f.data + "/tokenizer.json", int64_t{1} << 28);
@@ -102,7 +102,7 @@ void Run(TrainFlags f) {
   std::unique_ptr<Gpt> gpt;
   LoadedCheckpoint ckpt;
   if (f.resume) {
-    if (f.out.empty()) throw CommandError("--resume needs --out CKPT (the checkpoint to continue)");
+    if (f.out.empty()) throw UsageError("--resume needs --out CKPT (the checkpoint to continue)");
     auto r = LoadCheckpoint(f.out);
     Check(r.status(), "--resume");
     ckpt = std::move(r).value();
@@ -149,7 +149,7 @@ void Run(TrainFlags f) {
     o.bos = *tok.value()->bos_id();
   }
   if ((o.first_token_replace > 0 || o.first_token_drop > 0) && o.bos < 0) {
-    throw CommandError("--first-token-replace and --first-token-drop act on the BOS token: add --bos");
+    throw UsageError("--first-token-replace and --first-token-drop act on the BOS token: add --bos");
   }
   const int64_t T = o.seq_len > 0 ? o.seq_len : mc.context;
   if (T > mc.context) {
@@ -160,6 +160,12 @@ void Run(TrainFlags f) {
     throw CommandError("batch x seq_len = " + std::to_string(o.batch) + " x " +
                        std::to_string(T) + " tokens per micro-batch is more than 2^26; lower "
                        "--batch (and raise --accum)");
+  }
+  if (o.opt.warmup_steps >= o.steps) {
+    std::fprintf(stderr,
+                 "warning: the warmup (%ld steps) is not shorter than the run (%ld steps): the "
+                 "learning rate never reaches --lr (%g); lower --warmup (or raise --steps)\n",
+                 static_cast<long>(o.opt.warmup_steps), static_cast<long>(o.steps), static_cast<double>(o.opt.lr));
   }
   o.out_dir = f.out;
   o.meta = json{{"tokenizer", tok_spec}, {"data", f.data}};
@@ -199,6 +205,17 @@ void Run(TrainFlags f) {
     }
   }
   const double tokens = static_cast<double>(trainer.step() - first) * o.batch * T * o.accum;
+  if (f.json_out) {
+    json j{{"steps", trainer.step() - first},
+           {"seconds", secs},
+           {"tokens_per_s", secs > 0 ? tokens / secs : 0.0},
+           {"final_train_loss", h.empty() ? json(nullptr) : json(h.back().loss)},
+           {"val_loss", val >= 0 ? json(val) : json(nullptr)},
+           {"unigram_val_loss", unigram >= 0 ? json(unigram) : json(nullptr)},
+           {"checkpoint", f.out.empty() ? json(nullptr) : json(f.out)}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
   std::printf("trained %ld steps in %.1f s (%.0f tokens/s)\n", static_cast<long>(trainer.step() - first),
               secs, secs > 0 ? tokens / secs : 0.0);
   if (!h.empty()) std::printf("  final train loss %.4f\n", h.back().loss);
@@ -218,6 +235,7 @@ void RegisterTrainCommand(CLI::App& app) {
   cmd->add_option("--out", f->out, "checkpoint directory (written atomically)");
   cmd->add_option("--config", f->config_file, "JSON {\"model\": {...}, \"train\": {...}}");
   cmd->add_flag("--resume", f->resume, "continue the run saved in --out exactly");
+  cmd->add_flag("--json", f->json_out, "print the result (steps, time, losses) as JSON");
   cmd->add_option("--stop-at", f->stop_at,
                   "stop (with a checkpoint) after this step; the learning-rate schedule still "
                   "spans --steps, and --resume continues the same run")

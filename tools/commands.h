@@ -12,10 +12,21 @@
 
 namespace attnlab::cli {
 
-// Thrown by a command to stop with "attnlab <command>: <message>" and exit code 1.
+// The conventions every command follows (docs/CLI.md): exit 0 on success; 1 when the command ran
+// and failed (bad input file, impossible sizes, I/O); 2 when the command line itself is wrong
+// (unknown command or option, missing required option, malformed or out-of-range value).
+
+// Thrown by a command to stop with "attnlab <command>: error: <message>" and exit code 1.
 class CommandError : public std::runtime_error {
  public:
   explicit CommandError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+// Thrown by a command whose options are wrong in a way CLI11 cannot check (a combination, a
+// value out of range): "attnlab <command>: usage error: <message>" and exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  explicit UsageError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
 // Throws CommandError with the status' text if it is not OK.

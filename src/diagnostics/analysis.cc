@@ -254,16 +254,27 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     for (int64_t l = 0; l < L; ++l) r.layers[l].patterns = pstats[l].Finish();
   }
 
-  // Sinks: the heads whose alpha_1 exceeds eps.
+  // Sinks, against what uniform attention would give at these lengths (analysis.h).
   std::vector<AttentionLayerStats> all;
   for (const LayerAnalysis& la : r.layers) all.push_back(la.attention);
   r.sink_rate_1 = o.first_k >= 1 ? AttentionSinkRate(all, 1, o.sink_eps) : 0.0;
+  r.alpha_1_uniform = 0;
+  int64_t counted = 0;
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
-      const auto& a = r.layers[l].attention.heads[h].alpha;
-      if (!a.empty() && a[0] > o.sink_eps) r.sink_heads.push_back({l, h});
+      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
+      if (s.alpha_uniform.empty() || std::isnan(s.alpha_uniform[0])) continue;
+      r.alpha_1_uniform = std::max(r.alpha_1_uniform, s.alpha_uniform[0]);
+      ++counted;
     }
   }
+  r.sink_verdict = counted > 0 && r.alpha_1_uniform <= kMaxUniformForVerdict;
+  for (int64_t l = 0; l < L && r.sink_verdict; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      if (SinkExcess(r.layers[l].attention.heads[h]) > o.sink_eps) r.sink_heads.push_back({l, h});
+    }
+  }
+  r.sink_rate_excess = counted > 0 ? static_cast<double>(r.sink_heads.size()) / (L * H) : 0.0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.peak_rss_bytes = PeakRssBytes();
   return r;
@@ -304,6 +315,100 @@ nlohmann::json Vec(const std::vector<double>& v) {
 
 }  // namespace
 
+double SinkExcess(const AttentionHeadStats& s) {
+  if (s.alpha.empty() || s.alpha_uniform.empty()) return std::nan("");
+  const double a = s.alpha[0], u = s.alpha_uniform[0];
+  if (!std::isfinite(a) || !std::isfinite(u) || u >= 1.0) return std::nan("");
+  return (a - u) / (1.0 - u);
+}
+
+const AttentionHeadStats* StrongestHead(const AnalysisResult& r, int64_t* layer, int64_t* head) {
+  const AttentionHeadStats* best = nullptr;
+  for (int64_t l = 0; l < static_cast<int64_t>(r.layers.size()); ++l) {
+    for (int64_t h = 0; h < static_cast<int64_t>(r.layers[l].attention.heads.size()); ++h) {
+      const AttentionHeadStats& s = r.layers[l].attention.heads[h];
+      if (s.alpha.empty() || std::isnan(s.alpha[0])) continue;
+      if (!best || s.alpha[0] > best->alpha[0]) {
+        best = &s;
+        if (layer) *layer = l;
+        if (head) *head = h;
+      }
+    }
+  }
+  return best;
+}
+
+double MeanLastKey0(const AnalysisResult& r) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const LayerAnalysis& la : r.layers) {
+    for (const AttentionHeadStats& s : la.attention.heads) sum += s.last_key0, ++n;
+  }
+  return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+double MeanLastUniform(const AnalysisResult& r) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const LayerAnalysis& la : r.layers) {
+    for (const AttentionHeadStats& s : la.attention.heads) {
+      sum += s.last_visible ? 1.0 / static_cast<double>(s.last_visible) : 0.0;
+      ++n;
+    }
+  }
+  return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+namespace {
+std::string F(double x, const char* f = "%.3f") {
+  if (!std::isfinite(x)) return "n/a";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+}  // namespace
+
+std::string SinkVerdictText(const AnalysisResult& r, double eps) {
+  const int64_t total = static_cast<int64_t>(r.layers.size()) * r.config.n_head;
+  int64_t bl = 0, bh = 0;
+  const AttentionHeadStats* best = StrongestHead(r, &bl, &bh);
+  const std::string strongest =
+      best ? "layer " + std::to_string(bl) + " head " + std::to_string(bh) + " with alpha_1 = " +
+                 F(best->alpha[0]) + " (excess " + F(SinkExcess(*best)) + ")"
+           : "none";
+  // The longest window actually run (a short text fills less than one configured window).
+  const int64_t longest = std::min(r.window, r.text_tokens + (r.bos >= 0 ? 1 : 0));
+  const std::string baseline = "uniform attention over the same tokens would give alpha_1 = " +
+                               F(r.alpha_1_uniform);
+  if (!r.sink_verdict) {
+    return "Too short to call attention sinks: " + baseline +
+           " (above " + F(kMaxUniformForVerdict, "%.1f") + "), so no head can stand out from it. "
+           "Strongest: " + strongest + ".";
+  }
+  std::string t;
+  if (r.sink_heads.empty()) {
+    t = "No attention sink at eps = " + F(eps, "%.2f") + ": no head gives token 0 more than " +
+        F(eps, "%.2f") + " of its attention beyond what uniform attention would (" + baseline +
+        "). Strongest: " + strongest + ".";
+  } else {
+    t = std::to_string(r.sink_heads.size()) + " of " + std::to_string(total) +
+        " heads are attention sinks: token 0 gets more than eps = " + F(eps, "%.2f") +
+        " of their attention beyond uniform's share (" + baseline + "): ";
+    for (size_t i = 0; i < r.sink_heads.size() && i < 12; ++i) {
+      t += (i ? ", " : "") + std::string("L") + std::to_string(r.sink_heads[i].first) + ".H" +
+           std::to_string(r.sink_heads[i].second);
+    }
+    if (r.sink_heads.size() > 12) t += ", ...";
+    t += ". Strongest: " + strongest + ".";
+  }
+  if (r.alpha_1_uniform > 0.05) {
+    t += " Short text: " + std::to_string(longest) +
+         " tokens per window, where alpha_1 alone would overstate sinks (Gu et al.'s alpha_1 > " +
+         F(eps, "%.2f") + " holds for " + F(100 * r.sink_rate_1, "%.1f") + "% of heads).";
+  }
+  return t;
+}
+
 nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o) {
   const ModelConfig& c = r.config;
   nlohmann::json layers = nlohmann::json::array();
@@ -314,6 +419,8 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
       const AttentionHeadStats& s = la.attention.heads[h];
       nlohmann::json head{{"head", h},
                           {"alpha", Vec(s.alpha)},
+                          {"alpha_uniform", Vec(s.alpha_uniform)},
+                          {"alpha_1_excess", Num(SinkExcess(s))},
                           {"first_mass", Vec(s.first_mass)},
                           {"last_key0", Num(s.last_key0)},
                           {"last_visible", s.last_visible},
@@ -354,7 +461,13 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"config", nlohmann::json::parse(ModelConfigToJson(c))}}},
           {"input", {{"text_tokens", r.text_tokens}, {"window", r.window}, {"windows", r.windows},
                      {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
-          {"sinks", {{"eps", o.sink_eps}, {"sink_rate", sink_rates}, {"sink_heads", sink_heads}}},
+          {"sinks", {{"eps", o.sink_eps},
+                     {"rule", "alpha_1_excess = (alpha_1 - alpha_1_uniform) / (1 - alpha_1_uniform) > eps"},
+                     {"alpha_1_uniform", Num(r.alpha_1_uniform)},
+                     {"verdict", r.sink_verdict},
+                     {"sink_rate_excess", r.sink_rate_excess},
+                     {"sink_rate", sink_rates},
+                     {"sink_heads", sink_heads}}},
           {"embedding", StreamJson(r.embedding)},
           {"layers", layers},
           {"run", {{"seconds", r.seconds}, {"peak_rss_bytes", r.peak_rss_bytes}}}};

@@ -77,11 +77,34 @@ struct AnalysisResult {
   std::vector<LayerAnalysis> layers;  // [n_layer]
   std::vector<AttentionMap> maps;
   int64_t pattern_len = 0;
-  double sink_rate_1 = 0;             // Sink_1^eps
-  std::vector<std::pair<int64_t, int64_t>> sink_heads;  // (layer, head) with alpha_1 > eps
+  // Sink verdict. alpha_1 alone depends on the length: uniform causal attention over T tokens
+  // gives alpha_1 = H_T / T (0.26 at T = 12), so a short text makes every head look like a sink
+  // under Gu et al.'s alpha_1 > eps. A head is called a sink when its excess over the uniform
+  // baseline of the same rows, (alpha_1 - u) / (1 - u) with u = alpha_1_uniform, exceeds eps:
+  // 0 for uniform attention at any length, alpha_1 itself when u -> 0 (long windows, where it is
+  // Gu et al.'s rule). When u > kMaxUniformForVerdict (causal windows of 4 tokens or fewer)
+  // nothing is called: sink_verdict is false and sink_heads empty.
+  double sink_rate_1 = 0;             // Gu et al.'s Sink_1^eps: share of heads with alpha_1 > eps
+  double alpha_1_uniform = 0;         // u: the largest over heads (they share the mask)
+  bool sink_verdict = false;          // false: too short to call sinks
+  double sink_rate_excess = 0;        // share of heads called sinks by the excess rule
+  std::vector<std::pair<int64_t, int64_t>> sink_heads;  // (layer, head) with excess > eps
   double seconds = 0;
   int64_t peak_rss_bytes = 0;
 };
+
+inline constexpr double kMaxUniformForVerdict = 0.5;
+
+// (alpha_1 - u) / (1 - u) for one head (NaN when undefined): see AnalysisResult.
+double SinkExcess(const AttentionHeadStats& s);
+
+// The head with the largest alpha_1 (null if none); its layer and head go to the non-null outputs.
+const AttentionHeadStats* StrongestHead(const AnalysisResult& r, int64_t* layer, int64_t* head);
+// Means over every head of last_key0 and of the uniform share 1/last_visible.
+double MeanLastKey0(const AnalysisResult& r);
+double MeanLastUniform(const AnalysisResult& r);
+// The sink verdict as one paragraph, computed from r (the report's headline).
+std::string SinkVerdictText(const AnalysisResult& r, double eps);
 
 // Runs the analysis. tokens: the text's ids (without BOS). Progress lines go to stderr when
 // `progress` is set.

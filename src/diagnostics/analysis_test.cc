@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "diagnostics/analysis.h"
 
@@ -97,6 +98,86 @@ TEST(Analysis, StreamedStatisticsEqualTheMaterialisedOnes) {
       ExpectRel(s.massive.ratio, m.value().massive.ratio, 1e-5, "massive ratio");
     }
   }
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// A model whose attention is exactly uniform: the query columns of every qkv weight (and bias)
+// are zero, so every logit is 0 and every visible key gets 1/n_i.
+std::unique_ptr<Gpt> UniformAttentionModel(int64_t context) {
+  ModelConfig c;
+  c.vocab_size = 50, c.context = context, c.d_model = 32, c.n_layer = 2, c.n_head = 4;
+  c.init_std = 0.3f;
+  auto g = Gpt::Create(c);
+  EXPECT_TRUE(g.ok());
+  g.value()->params().Initialize(c, 5);
+  const int64_t qcols = c.n_head * c.head_dim(), Q = c.qkv_dim();
+  for (const LayerParams& lp : g.value()->params().ptrs().layers) {
+    for (int64_t row = 0; row < c.d_model; ++row) {
+      std::fill(lp.qkv_w + row * Q, lp.qkv_w + row * Q + qcols, 0.0f);
+    }
+    if (lp.qkv_b) std::fill(lp.qkv_b, lp.qkv_b + qcols, 0.0f);
+  }
+  return std::move(g).value();
+}
+
+// Issue 21: `analyze --prompt` on 12 tokens called 55 of 64 heads sinks because uniform causal
+// attention already gives alpha_1 = H_T / T = 0.26 there. A uniform model is no sink at any length.
+TEST(Analysis, UniformAttentionIsNeverASinkAtAnyLength) {
+  auto g = UniformAttentionModel(512);
+  std::mt19937 rng(3);
+  for (int64_t T : {1, 2, 3, 4, 5, 8, 12, 20, 50, 300, 700}) {
+    std::vector<int32_t> tokens(T);
+    for (auto& x : tokens) x = rng() % 50;
+    AnalysisOptions ao;
+    ao.pattern_sequences = 0;
+    ao.effective_rank = false;
+    auto r = AnalyzeModel(*g, tokens, ao);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const AnalysisResult& a = r.value();
+    EXPECT_TRUE(a.sink_heads.empty()) << "T = " << T;
+    const std::string text = SinkVerdictText(a, ao.sink_eps);
+    EXPECT_EQ(text.find("are attention sinks"), std::string::npos) << "T = " << T << ": " << text;
+    // alpha_1 equals its uniform baseline, and for one causal window of T tokens that is H_T / T.
+    const int64_t n = std::min<int64_t>(T, 512);
+    double harmonic = 0;
+    for (int64_t t = 1; t <= n; ++t) harmonic += 1.0 / t;
+    for (const LayerAnalysis& la : a.layers) {
+      for (const AttentionHeadStats& s : la.attention.heads) {
+        EXPECT_NEAR(s.alpha[0], s.alpha_uniform[0], 1e-5) << "T = " << T;
+        if (T <= 512) EXPECT_NEAR(s.alpha_uniform[0], harmonic / n, 1e-12) << "T = " << T;
+        if (a.sink_verdict) EXPECT_NEAR(SinkExcess(s), 0.0, 1e-4) << "T = " << T;
+      }
+    }
+    // Windows of 4 tokens or fewer are too short to call (u = H_4 / 4 = 0.52; 0.46 at T = 5).
+    EXPECT_EQ(a.sink_verdict, T >= 5) << "T = " << T << ", u = " << a.alpha_1_uniform;
+    // Gu et al.'s raw rule alpha_1 > 0.3 calls every head of this uniform model a sink at T = 5
+    // and 8 (u = 0.46, 0.34); the excess rule above calls none.
+    if (T == 5 || T == 8) EXPECT_DOUBLE_EQ(a.sink_rate_1, 1.0) << "T = " << T;
+  }
+}
+
+// The "last query on token 0" card takes the last full-length window, not a short tail window.
+TEST(Analysis, LastQueryComesFromTheLastLongestWindow) {
+  auto g = UniformAttentionModel(64);
+  std::vector<int32_t> tokens(64 * 2 + 5, 7);
+  AnalysisOptions ao;
+  ao.pattern_sequences = 0;
+  ao.effective_rank = false;
+  ao.chunk = 16;
+  auto r = AnalyzeModel(*g, tokens, ao);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const LayerAnalysis& la : r.value().layers) {
+    for (const AttentionHeadStats& s : la.attention.heads) {
+      EXPECT_EQ(s.last_visible, 64);
+      EXPECT_NEAR(s.last_key0, 1.0 / 64, 1e-6);
+    }
+  }
+  EXPECT_NEAR(MeanLastUniform(r.value()), 1.0 / 64, 1e-12);
 }
 
 }  // namespace

@@ -314,6 +314,7 @@ AttentionStatsAccumulator::AttentionStatsAccumulator(const AttentionStatsOptions
     s.col.assign(K, 0.0);
     s.mass.assign(K, 0.0);
     s.diag.assign(D, 0.0);
+    s.col_uniform.assign(K, 0.0);
   }
   alpha_rows_.assign(K, 0);
   diagonal_rows_.assign(D, 0);
@@ -384,7 +385,7 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
   c.pool = &tp;
   const bool sigmoid = c.kind == SoftmaxKind::kSigmoid;
   const int64_t K = options_.first_k, D = static_cast<int64_t>(options_.diagonals.size());
-  const int64_t slots = kFixedSlots + 2 * K + D;
+  const int64_t slots = kFixedSlots + 3 * K + D;
 
   // ---- Phase A: per-head statistics, tasks = (row block, head), partial sums per task.
   const int64_t Br = options_.block_rows;
@@ -409,6 +410,7 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
     double* col = out + kFixedSlots;
     double* mass = col + K;
     double* diag = mass + K;
+    double* col_uniform = diag + D;
     const double extra2 = c.kind == SoftmaxKind::kSoftmax1    ? 0.0
                           : c.kind == SoftmaxKind::kSinkLogit ? params.sink_logits[h] * kLog2e
                                                               : -INFINITY;
@@ -418,6 +420,10 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
       const int64_t nv = n[r];
       if (i == len_q - 1) out[kLastVisible] = static_cast<double>(nv);
       if (nv == 0) continue;  // dead row: adds 0 to the column and diagonal sums
+      // The uniform baseline of alpha: 1/n_i on each visible key among the first K.
+      for (int64_t j = 0; j < K; ++j) {
+        if (pos >= j && j >= c0 && j < c1 && tr[j - c0] != kNegInf) col_uniform[j] += 1.0 / nv;
+      }
       // P[i, j] for key j from its score (double).
       double m2 = 0, lz2 = 0, M = 0;
       RowSums s;
@@ -485,7 +491,10 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
         hs.mass[j] += p[kFixedSlots + K + j];
       }
       for (int64_t d = 0; d < D; ++d) hs.diag[d] += p[kFixedSlots + 2 * K + d];
-      if (blk == nblocks - 1) {
+      for (int64_t j = 0; j < K; ++j) hs.col_uniform[j] += p[kFixedSlots + 2 * K + D + j];
+      // The call's final row replaces the kept one unless it sees fewer keys (the header's rule:
+      // a short last window of a text does not stand for the text).
+      if (blk == nblocks - 1 && static_cast<int64_t>(p[kLastVisible]) >= hs.last_visible) {
         hs.last_key0 = p[kLastKey0];
         hs.last_visible = static_cast<int64_t>(p[kLastVisible]);
       }
@@ -627,9 +636,12 @@ AttentionLayerStats AttentionStatsAccumulator::Finish() const {
     o.distance = s.live_rows > 0 ? s.distance / live : kNaN;
     o.live_rows = s.live_rows;
     o.alpha.resize(K);
+    o.alpha_uniform.resize(K);
     o.first_mass.resize(K);
     for (int64_t j = 0; j < K; ++j) {
       o.alpha[j] = alpha_rows_[j] > 0 ? s.col[j] / static_cast<double>(alpha_rows_[j]) : kNaN;
+      o.alpha_uniform[j] =
+          alpha_rows_[j] > 0 ? s.col_uniform[j] / static_cast<double>(alpha_rows_[j]) : kNaN;
       o.first_mass[j] = s.live_rows > 0 ? s.mass[j] / live : kNaN;
     }
     o.last_key0 = s.last_key0;
@@ -741,7 +753,13 @@ Status AttentionStatsReference::AddProbsImpl(const AttentionParams& params,
                        : ent / std::log(static_cast<double>(rh.n));
       rh.key0 = static_cast<double>(P[0]);
       rh.first.assign(K, 0.0);
-      for (int64_t j = 0; j < std::min(K, len_k); ++j) rh.first[j] = P[j];
+      rh.first_uniform.assign(K, 0.0);
+      for (int64_t j = 0; j < std::min(K, len_k); ++j) {
+        rh.first[j] = P[j];
+        if (rh.n > 0 && internal::KeyVisible(params.mask, rr, 0, h, i, j)) {
+          rh.first_uniform[j] = 1.0 / static_cast<double>(rh.n);
+        }
+      }
       rh.diag.assign(D, kNaN);
       for (int64_t d = 0; d < D; ++d) {
         const AttentionDiagonal& g = options_.diagonals[d];
@@ -772,6 +790,9 @@ Status AttentionStatsReference::AddProbsImpl(const AttentionParams& params,
     rows_.push_back(std::move(row));
     jsd_.push_back(std::move(js));
   }
+  // The header's last-row rule: this call's final row is kept unless it sees fewer keys.
+  const int64_t final_row = static_cast<int64_t>(rows_.size()) - 1;
+  if (last_row_ < 0 || rows_[final_row][0].n >= rows_[last_row_][0].n) last_row_ = final_row;
   return Status::Ok();
 }
 
@@ -793,11 +814,12 @@ AttentionLayerStats AttentionStatsReference::Finish() const {
   for (int64_t h = 0; h < Hq; ++h) {
     AttentionHeadStats& o = out.heads[h];
     double ent = 0, sink = 0, dist = 0;
-    std::vector<double> col(K, 0.0), mass(K, 0.0), diag(D, 0.0);
+    std::vector<double> col(K, 0.0), col_uniform(K, 0.0), mass(K, 0.0), diag(D, 0.0);
     for (int64_t r = 0; r < R; ++r) {
       const RowHead& rh = rows_[r][h];
       for (int64_t j = 0; j < K; ++j) {
         if (rh.pos >= j) col[j] += rh.first[j];
+        if (rh.pos >= j) col_uniform[j] += rh.first_uniform[j];
       }
       for (int64_t d = 0; d < D; ++d) {
         if (!std::isnan(rh.diag[d])) diag[d] += rh.diag[d];
@@ -821,9 +843,12 @@ AttentionLayerStats AttentionStatsReference::Finish() const {
     o.sink_mass = HasSink(kind) && o.live_rows > 0 ? sink / live : kNaN;
     o.distance = o.live_rows > 0 ? dist / live : kNaN;
     o.alpha.resize(K);
+    o.alpha_uniform.resize(K);
     o.first_mass.resize(K);
     for (int64_t j = 0; j < K; ++j) {
       o.alpha[j] = out.alpha_rows[j] > 0 ? col[j] / static_cast<double>(out.alpha_rows[j]) : kNaN;
+      o.alpha_uniform[j] =
+          out.alpha_rows[j] > 0 ? col_uniform[j] / static_cast<double>(out.alpha_rows[j]) : kNaN;
       o.first_mass[j] = o.live_rows > 0 ? mass[j] / live : kNaN;
     }
     o.diagonal.resize(D);
@@ -831,9 +856,9 @@ AttentionLayerStats AttentionStatsReference::Finish() const {
       o.diagonal[d] =
           out.diagonal_rows[d] > 0 ? diag[d] / static_cast<double>(out.diagonal_rows[d]) : kNaN;
     }
-    if (R > 0) {
-      o.last_key0 = rows_[R - 1][h].key0;
-      o.last_visible = rows_[R - 1][h].n;
+    if (last_row_ >= 0) {
+      o.last_key0 = rows_[last_row_][h].key0;
+      o.last_visible = rows_[last_row_][h].n;
     }
   }
   // The JSD sample (see the header): every row, or r % s == s - 1.

@@ -44,9 +44,19 @@
 //                ref: Gu et al., "When Attention Sink Emerges in Language Models: An Empirical
 //                View", arXiv:2410.10781, eq. 1; their Sink_k^eps is the share of heads with
 //                alpha_k > eps (AttentionSinkRate below; they use eps = 0.3).
+//   alpha_uniform[k-1]  what alpha_k would be under uniform attention over each row's visible
+//                keys, over the same rows: sum over rows with pos(i) >= j of (key j visible ?
+//                1/n_i : 0), divided by the same count. The baseline a sink verdict must beat: for
+//                causal rows 0..T-1 alpha_1^uniform = H_T / T (H_T the harmonic number), 0.26 at
+//                T = 12, so alpha_1 > 0.3 alone says little about short texts.
 //   first_mass[k-1]  for k = 1..first_k: mean over live rows of sum_{j < k} P[i, j].
-//   last_key0, last_visible   the LAST row added (r = R - 1): P[i, 0] and n_i. The mission
-//                documents' GPT-2 experiment compares last_key0 with the uniform 1/last_visible.
+//   last_key0, last_visible   P[i, 0] and n_i of the final row of the LATEST call whose final row
+//                sees at least as many keys (n_i) as the kept row of every earlier call: the last
+//                query of a text's last longest window (chunks of one window see more and more
+//                keys, so its final chunk's last row is kept; a shorter last window is not).
+//                GPT-2's last-token attention to token 0 (the experiment of Xiao et al. 2023 and
+//                Gu et al. 2024 on the first token) compares last_key0 with the uniform
+//                1/last_visible.
 //   diagonal[d]  for each AttentionDiagonal {offset, pos_begin, pos_end}: mean over the rows with
 //                pos(i) in [pos_begin, pos_end) (pos_end = -1: no upper bound) of P[i, pos(i) -
 //                offset], which is 0 when pos(i) - offset is not a key (so such rows count as 0,
@@ -124,8 +134,9 @@ struct AttentionHeadStats {
   double sink_mass = 0;            // NaN unless kSoftmax1 / kSinkLogit (or no live row)
   double distance = 0;             // NaN when no live row
   int64_t live_rows = 0;           // rows with n_i >= 1
-  std::vector<double> alpha;       // [first_k]
-  std::vector<double> first_mass;  // [first_k]
+  std::vector<double> alpha;          // [first_k]
+  std::vector<double> alpha_uniform;  // [first_k] alpha under uniform attention (same rows)
+  std::vector<double> first_mass;     // [first_k]
   double last_key0 = 0;
   int64_t last_visible = 0;
   std::vector<double> diagonal;  // [diagonals.size()], NaN when no row is in range
@@ -182,6 +193,7 @@ class AttentionStatsAccumulator {
     double entropy = 0, sink = 0, distance = 0;
     int64_t entropy_rows = 0, live_rows = 0;
     std::vector<double> col, mass, diag;  // [first_k], [first_k], [diagonals]
+    std::vector<double> col_uniform;      // [first_k] sums of 1/n_i on visible keys
     double last_key0 = 0;
     int64_t last_visible = 0;
   };
@@ -228,9 +240,11 @@ class AttentionStatsReference {
     double distance = 0;        // D_i
     double key0 = 0;            // P[i, 0]
     std::vector<double> first;  // P[i, j], j < first_k (0 beyond len_k)
+    std::vector<double> first_uniform;  // 1/n_i where key j < first_k is visible, else 0
     std::vector<double> diag;   // P[i, pos - offset] or 0; NaN when pos out of range
   };
   std::vector<std::vector<RowHead>> rows_;  // [R][heads_q]
+  int64_t last_row_ = -1;                   // the row last_key0 reports (header's rule)
   std::vector<std::vector<double>> jsd_;    // [R][heads_q^2]
 };
 

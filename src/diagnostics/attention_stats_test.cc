@@ -127,6 +127,7 @@ double ExpectStatsNear(const AttentionLayerStats& got, const AttentionLayerStats
     check(g.last_key0, w.last_key0, hs + "last_key0");
     for (size_t j = 0; j < w.alpha.size(); ++j) {
       check(g.alpha[j], w.alpha[j], hs + "alpha_" + std::to_string(j + 1));
+      check(g.alpha_uniform[j], w.alpha_uniform[j], hs + "alpha_uniform_" + std::to_string(j + 1));
       check(g.first_mass[j], w.first_mass[j], hs + "first_mass_" + std::to_string(j + 1));
     }
     for (size_t d = 0; d < w.diagonal.size(); ++d) {
@@ -383,6 +384,7 @@ TEST(AttentionStats, UniformAttention) {
       double sum = 0;
       for (int64_t t = k; t <= L; ++t) sum += 1.0 / t;
       EXPECT_NEAR(h.alpha[k - 1], sum / (L - k + 1), 1e-12) << k;
+      EXPECT_NEAR(h.alpha_uniform[k - 1], sum / (L - k + 1), 1e-12) << k;  // H-sums, exactly
     }
     EXPECT_NEAR(h.last_key0, 1.0 / L, 1e-12);
     EXPECT_EQ(h.last_visible, L);

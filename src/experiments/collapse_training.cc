@@ -305,7 +305,7 @@ Result<ExperimentResult> RunCollapseTraining(const ExperimentOptions& o) {
     };
     const double e_lo = mean_layers(&DepthMetrics::entropy, 0, q),
                  e_hi = mean_layers(&DepthMetrics::entropy, L - q, L);
-    r.claims.push_back({"attention weights become uniform in deep layers", "the mission's documents",
+    r.claims.push_back({"attention weights become uniform in deep layers", "Dong et al. 2021; Noci et al. 2022 (rank collapse)",
                         "normalised entropy higher in the deepest quarter of layers than in the first",
                         "pre-LN after training: layers 0-" + std::to_string(q - 1) + " " +
                             Fmt(e_lo, "%.3f") + ", layers " + std::to_string(L - q) + "-" +
@@ -313,7 +313,7 @@ Result<ExperimentResult> RunCollapseTraining(const ExperimentOptions& o) {
                         e_hi > e_lo});
     const double rr1 = bd[1].relative_residual, rrL = bd[L].relative_residual;
     const double c1 = bd[1].mean_cosine, cL = bd[L].mean_cosine;
-    r.claims.push_back({"token representations homogenise with depth", "the mission's documents",
+    r.claims.push_back({"token representations homogenise with depth", "Dong et al. 2021 (rank collapse)",
                         "relative residual falls and token cosine rises from the first to the last layer",
                         "pre-LN after training: relative residual " + Fmt(rr1, "%.3f") + " -> " +
                             Fmt(rrL, "%.3f") + ", token cosine " + Fmt(c1, "%.3f") + " -> " +
@@ -326,8 +326,8 @@ Result<ExperimentResult> RunCollapseTraining(const ExperimentOptions& o) {
       const double rr_r = MeanOverLayers(remedy.checkpoints.back().depth, &DepthMetrics::relative_residual);
       const double rr_b = MeanOverLayers(b.checkpoints.back().depth, &DepthMetrics::relative_residual);
       r.claims.push_back({std::string(remedy.v->label) + " lowers the loss and the collapse",
-                          remedy.v->diversity_weight != 0 ? "the mission's documents; Li et al. 2018"
-                                                         : "the mission's documents",
+                          remedy.v->diversity_weight != 0 ? "proposed remedy: head-diversity penalty (Li et al. 2018)"
+                                                         : "proposed remedy: contrastive loss between layers",
                           std::string("lower validation loss and higher mean relative residual than ") +
                               b.v->label,
                           "validation loss " + Fmt(vl, "%.3f") + " vs " + Fmt(vb, "%.3f") +

@@ -578,7 +578,7 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
   // ---- Claims (reported; a claim that does not hold is a finding).
   auto removes = [&](const VariantRun& run) { return run.a1.share_above == 0; };
   r.claims.push_back(
-      {"masking the first token as a key removes the sink", "mission documents (MaskedSelfAttention)",
+      {"masking the first token as a key removes the sink", "proposed mitigation: hide token 0 as a key (MaskedSelfAttention)",
        "no head concentrates on any token (Sink^0.3 = 0 on the first visible key as well)",
        "alpha on token 0: 0 (masked); on token 1 (now the first visible key): max " + Fmt(mask.a2.max, "%.3f") +
            ", share of heads > 0.3: " + Fmt(mask.a2.share_above, "%.2f") + " (baseline on token 1: max " +
@@ -636,7 +636,7 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
   }
   {
     const VariantRun &rep = find("first_replace"), &drop = find("first_drop");
-    r.claims.push_back({"first-token augmentation weakens the sink", "mission documents (data augmentation)",
+    r.claims.push_back({"first-token augmentation weakens the sink", "proposed mitigation: first-token data augmentation",
                         "Sink_1^0.3 below the baseline's with the BOS replaced or dropped half the time",
                         "Sink_1^0.3: baseline " + Fmt(base.a1.share_above, "%.2f") + ", replace " +
                             Fmt(rep.a1.share_above, "%.2f") + ", drop " + Fmt(drop.a1.share_above, "%.2f"),

@@ -2,18 +2,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <numeric>
 #include <vector>
 
 namespace attnlab {
 
+namespace {
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
+// The messages name the CLI's flags (attnlab generate is the caller).
 Status ValidateSampler(const SamplerConfig& c) {
   if (!(c.temperature >= 0.0f) || !std::isfinite(c.temperature)) {
-    return Status::InvalidArgument("temperature must be >= 0, got " + std::to_string(c.temperature));
+    return Status::InvalidArgument("--temperature must be >= 0 (0 = greedy), got " +
+                                   Num(c.temperature));
   }
-  if (c.top_k < 0) return Status::InvalidArgument("top-k must be >= 0 (0 = no limit)");
+  if (c.top_k < 0) {
+    return Status::InvalidArgument("--top-k must be >= 0 (0 = no limit), got " +
+                                   std::to_string(c.top_k));
+  }
   if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) {
-    return Status::InvalidArgument("top-p must be in (0, 1], got " + std::to_string(c.top_p));
+    return Status::InvalidArgument("--top-p must be in (0, 1], got " + Num(c.top_p));
   }
   return Status::Ok();
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <system_error>
 
+#include "core/resources.h"
+
 namespace attnlab {
 
 std::optional<int32_t> Tokenizer::SpecialTokenId(std::string_view text) const {
@@ -169,9 +171,26 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
   if (spec == "byte") return MakeByteTokenizer();
   std::string dir;
   std::error_code ec;
-  if (spec.rfind("gpt2:", 0) == 0) {
+  if (spec == "gpt2") {
+    dir = FindResource(kGpt2TokenizerPath);
+    if (dir.empty()) {
+      return Status::NotFound(std::string("GPT-2's tokenizer files (") + kGpt2TokenizerPath +
+                              ") not found; run scripts/setup.sh or pass --tokenizer gpt2:<dir>");
+    }
+  } else if (spec.rfind("gpt2:", 0) == 0) {
     dir = spec.substr(5);
   } else if (std::filesystem::is_directory(spec, ec)) {
+    const std::filesystem::path d(spec);
+    // A directory: GPT-2's two files, else an attnlab vocabulary named vocab.json (what
+    // `attnlab tokenize --train --out DIR` writes).
+    if (!std::filesystem::exists(d / "encoder.json", ec)) {
+      if (std::filesystem::exists(d / "vocab.json", ec)) {
+        return LoadBpeTokenizer((d / "vocab.json").string());
+      }
+      return Status::NotFound("tokenizer directory " + spec +
+                              " holds neither GPT-2's encoder.json and vocab.bpe nor an attnlab "
+                              "vocab.json");
+    }
     dir = spec;
   }
   if (!dir.empty()) {
@@ -180,13 +199,13 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
   }
   if (spec.empty()) {
     return Status::InvalidArgument(
-        "empty tokenizer spec; expected \"byte\", \"gpt2:<dir with encoder.json and "
-        "vocab.bpe>\", or an attnlab vocabulary file");
+        "empty tokenizer spec; expected \"byte\", \"gpt2\", \"gpt2:<dir with encoder.json and "
+        "vocab.bpe>\", a directory, or an attnlab vocabulary file");
   }
   Result<std::unique_ptr<Tokenizer>> t = LoadBpeTokenizer(spec);
   if (t.status().code() == StatusCode::kNotFound) {
     return t.status().WithContext("tokenizer \"" + spec +
-                                  "\" is not \"byte\", \"gpt2:<dir>\", a "
+                                  "\" is not \"byte\", \"gpt2\", \"gpt2:<dir>\", a "
                                   "directory or an existing vocabulary file");
   }
   return t;

@@ -5,14 +5,7 @@
 
 namespace attnlab {
 
-Result<std::unique_ptr<Tokenizer>> LoadBundledGpt2Tokenizer() {
-  const std::string dir = FindResource(kGpt2TokenizerPath);
-  if (dir.empty()) {
-    return Status::NotFound(std::string("GPT-2's tokenizer files (") + kGpt2TokenizerPath +
-                            ") not found; run scripts/setup.sh or pass --tokenizer gpt2:<dir>");
-  }
-  return LoadTokenizer("gpt2:" + dir);
-}
+Result<std::unique_ptr<Tokenizer>> LoadBundledGpt2Tokenizer() { return LoadTokenizer("gpt2"); }
 
 Result<std::unique_ptr<Tokenizer>> TokenizerFromJson(const nlohmann::json& spec) {
   if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {

@@ -1,0 +1,21 @@
+// What this binary is: its version, the git commit it was built from, the SIMD target it was
+// compiled for and what the running CPU has. One place for `attnlab --version` and the bench
+// JSON documents.
+#ifndef ATTNLAB_TOOLS_BUILD_INFO_H_
+#define ATTNLAB_TOOLS_BUILD_INFO_H_
+
+#include <string>
+
+namespace attnlab::cli {
+
+std::string BuildVersion();  // "0.1.0"
+std::string BuildCommit();   // "abc123def456", "...+local changes" or "unknown"
+// The SIMD level the build was compiled for (the whole build shares the flags): "AVX-512+BF16",
+// "AVX2+FMA", "SSE4.2", "NEON" or "scalar".
+std::string CompiledSimd();
+// The best level the running CPU supports ("AVX-512", "AVX2+FMA", ...; "unknown" off x86).
+std::string CpuSimd();
+
+}  // namespace attnlab::cli
+
+#endif  // ATTNLAB_TOOLS_BUILD_INFO_H_
