@@ -57,7 +57,7 @@
 // O(len_q * (window + n_global) + n_global * len_k) work instead of O(len_q * len_k).
 //
 // With len_q = len_k and causal + mask_first_key, row 0 sees nothing: that is exactly the
-// mission documents' MaskedSelfAttention (mask[:, 0] = mask[0, :] = True), and unlike
+// proposed "MaskedSelfAttention" mitigation (mask[:, 0] = mask[0, :] = True), and unlike
 // masked_fill(-inf) + softmax it yields zeros, not NaN.
 //
 // Softmax variants, over the visible keys V(i) of row i:

@@ -16,7 +16,7 @@
 // backward only (no KV cache, no window).
 // Attention variants are the engine's softmax kinds (attention.h), plus: a per-head output gate
 // o_h <- sigmoid(x W_g + b_g)_h * o_h (head-wise gating after SDPA, Qiu et al. 2025), masking the
-// first token as a key (the mission documents' MaskedSelfAttention), and a dedicated learnable
+// first token as a key (a proposed mitigation, "MaskedSelfAttention"), and a dedicated learnable
 // sink token prepended to every sequence (StreamingLLM, Xiao et al. 2023, section 3.3).
 // Attention types (attention_type):
 //   softmax  the engine's exact attention (flash kernels) with the variants above (default)

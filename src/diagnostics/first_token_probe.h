@@ -6,8 +6,8 @@
 //   alpha_1  = 1/T sum_t A[t, 0]: the attention importance of token 1 in the notation of Gu et al.
 //              2024 ("When Attention Sink Emerges in Language Models", arXiv:2410.10781, eq. 1:
 //              alpha_k = 1/(T - k + 1) sum_{t >= k} A[t, k], tokens numbered from 1)
-//   last     = A[T - 1, 0]: the last query's attention on token 0 (the mission documents' GPT-2
-//              experiment, output_attentions' last row)
+//   last     = A[T - 1, 0]: the last query's attention on token 0 (GPT-2's last-token attention to
+//              token 0, output_attentions' last row; Xiao et al. 2023, Gu et al. 2024)
 //   uniform  = 1 / (number of keys the last query sees): what "no preference" would give
 // Sink_1^eps = share of (layer, head) pairs with alpha_1 > eps (Gu et al. use eps = 0.3).
 #ifndef ATTNLAB_DIAGNOSTICS_FIRST_TOKEN_PROBE_H_

@@ -1,5 +1,5 @@
-// Reproducible experiments (`attnlab experiment <name>`): each one asks a question the mission's
-// documents make a claim about, answers it with numbers and plots, and checks its own invariants.
+// Reproducible experiments (`attnlab experiment <name>`): each one asks a question the
+// literature (or a widely quoted claim) answers, answers it with numbers and plots, and checks its own invariants.
 //
 // Contract of an experiment (docs/EXPERIMENTS.md lists them with their results):
 //   - a pure function of its options: the same --seed and thread count give the same numbers;

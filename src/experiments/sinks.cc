@@ -3,15 +3,15 @@
 //
 // Small models that differ from one baseline in one factor each are trained from the same
 // initialisation seed on the same batches:
-//   attention: standard softmax (baseline), masking the first token as a key (the mission
-//              documents' MaskedSelfAttention), softmax1 ("off by one", Miller 2023), a learned
+//   attention: standard softmax (baseline), masking the first token as a key (the proposed
+//              "MaskedSelfAttention" mitigation), softmax1 ("off by one", Miller 2023), a learned
 //              sink logit per head (gpt-oss), sigmoid attention without normalisation (Ramapuram
 //              et al. 2024; Gu et al. 2024), a head-wise output gate (Qiu et al. 2025),
 //              a dedicated learnable sink token (Xiao et al. 2023, section 3.3), with the BOS
 //              after it and without a BOS (StreamingLLM's exact pre-training setup);
 //   training:  positions (RoPE = baseline, learned absolute, none), weight decay (0.1 = baseline,
 //              0, 1.0; Gu et al. 2024, arXiv:2410.10781), first-token augmentation
-//              (replace / drop the BOS with p = 0.5; the mission documents' proposal), init std
+//              (replace / drop the BOS with p = 0.5; a proposed mitigation), init std
 //              (0.02 = baseline, 0.006, 1/sqrt(d_model)).
 // Data: by default the Bigram-Backcopy task (experiments/bigram_backcopy.h, Guo et al. 2024),
 // on which sinks emerge within seconds of training (on natural text, minutes of training give

@@ -39,7 +39,7 @@ Result<TokenFile> ReadTokenFile(const std::string& path);
 void SampleBatch(const std::vector<int32_t>& tokens, uint64_t seed, int64_t step, int64_t B,
                  int64_t T, int32_t bos, int32_t* inputs, int32_t* targets);
 
-// Data augmentation of the first token (the mission documents' proposal against attention
+// Data augmentation of the first token (a proposed mitigation of attention
 // sinks): with probability `replace` a sequence's BOS is replaced by a uniformly random token of
 // [0, vocab), with probability `drop` the sequence has no BOS at all (inputs = w0 .. w_{T-1}).
 // Decided per (seed, step, row), like the windows. REQUIRES: bos >= 0 when replace or drop > 0.
