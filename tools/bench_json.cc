@@ -9,6 +9,7 @@
 #include "attnlab/thread_pool.h"
 #include "bench_util.h"
 #include "build_info.h"
+#include "core/json_number.h"
 
 namespace attnlab::bench {
 namespace {
@@ -22,10 +23,6 @@ std::string UtcIso8601() {
   return buf;
 }
 
-// A finite number, or null (JSON has no NaN).
-nlohmann::ordered_json Num(double x) {
-  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json();
-}
 
 }  // namespace
 
@@ -47,18 +44,18 @@ nlohmann::ordered_json RowJson(const TableRow& r) {
   j["shape"] = r.shape_json;
   j["shape_text"] = r.shape;
   const bool ran = r.time_ms >= 0;
-  j["time_ms"] = ran ? Num(r.time_ms) : nullptr;
-  j["rate"] = ran ? Num(r.rate) : nullptr;
+  j["time_ms"] = ran ? JsonNumber<nlohmann::ordered_json>(r.time_ms) : nullptr;
+  j["rate"] = ran ? JsonNumber<nlohmann::ordered_json>(r.rate) : nullptr;
   j["unit"] = r.unit;
   const bool has_ratio = ran && !r.baseline.empty() && r.ratio > 0;
   j["baseline"] = has_ratio ? nlohmann::ordered_json(r.baseline) : nullptr;
-  j["ratio"] = has_ratio ? Num(r.ratio) : nullptr;
+  j["ratio"] = has_ratio ? JsonNumber<nlohmann::ordered_json>(r.ratio) : nullptr;
   j["rate_in_baseline_unit"] =
-      has_ratio && r.rate_in_baseline_unit > 0 ? Num(r.rate_in_baseline_unit) : nullptr;
+      has_ratio && r.rate_in_baseline_unit > 0 ? JsonNumber<nlohmann::ordered_json>(r.rate_in_baseline_unit) : nullptr;
   j["checks"] = nlohmann::ordered_json::array();
   for (const RowCheck& c : r.checks) {
     j["checks"].push_back(
-        {{"name", c.name}, {"holds", c.holds}, {"value", Num(c.value)}, {"bound", Num(c.bound)}});
+        {{"name", c.name}, {"holds", c.holds}, {"value", JsonNumber<nlohmann::ordered_json>(c.value)}, {"bound", JsonNumber<nlohmann::ordered_json>(c.bound)}});
   }
   j["note"] = ran ? r.note : std::string();
   j["skipped"] = ran ? nlohmann::ordered_json() : nlohmann::ordered_json(r.note);
@@ -71,8 +68,8 @@ void BenchDocument::AddBaseline(const std::string& id, const TableRow& r) {
   j["kernel"] = r.kernel;
   j["shape"] = r.shape_json;
   j["shape_text"] = r.shape;
-  j["time_ms"] = Num(r.time_ms);
-  j["rate"] = Num(r.rate);
+  j["time_ms"] = JsonNumber<nlohmann::ordered_json>(r.time_ms);
+  j["rate"] = JsonNumber<nlohmann::ordered_json>(r.rate);
   j["unit"] = r.unit;
   j["note"] = r.note;
   baselines_.push_back(j);

@@ -15,6 +15,7 @@
 #include "cli_model.h"
 #include "commands.h"
 #include "core/atomic_file.h"
+#include "core/json_number.h"
 #include "core/resources.h"
 #include "diagnostics/analysis.h"
 #include "report/csv.h"
@@ -319,7 +320,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
     s["sinks_verdict"] = sink_text;
     s["collapse_verdict"] = collapse_text;
     s["sinks"] = j["sinks"];
-    s["relative_residual_last_layer"] = std::isfinite(resL) ? nlohmann::json(resL) : nlohmann::json(nullptr);
+    s["relative_residual_last_layer"] = JsonNumber(resL);
     s["seconds"] = r.seconds;
     s["peak_rss_bytes"] = r.peak_rss_bytes;
     std::printf("%s\n", s.dump(2).c_str());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "attnlab/attention.h"
+#include "core/json_number.h"
 #include "model/kv_cache.h"
 
 namespace attnlab {
@@ -282,24 +283,23 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
 
 namespace {
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 nlohmann::json StreamJson(const StreamMetrics& s) {
   nlohmann::json top = nlohmann::json::array();
   for (const Activation& a : s.massive.top) {
     top.push_back({{"token", a.token}, {"channel", a.channel}, {"value", a.value}});
   }
-  return {{"relative_residual", Num(s.relative_residual)},
-          {"mean_cosine", Num(s.mean_cosine)},
-          {"mad", Num(s.mad)},
-          {"dirichlet_energy", Num(s.dirichlet)},
-          {"dirichlet_relative", Num(s.dirichlet_relative)},
-          {"effective_rank", Num(s.erank)},
-          {"effective_rank_centred", Num(s.erank_centred)},
+  return {{"relative_residual", JsonNumber(s.relative_residual)},
+          {"mean_cosine", JsonNumber(s.mean_cosine)},
+          {"mad", JsonNumber(s.mad)},
+          {"dirichlet_energy", JsonNumber(s.dirichlet)},
+          {"dirichlet_relative", JsonNumber(s.dirichlet_relative)},
+          {"effective_rank", JsonNumber(s.erank)},
+          {"effective_rank_centred", JsonNumber(s.erank_centred)},
           {"massive",
-           {{"ratio", Num(s.massive.ratio)},
-            {"max_abs", Num(s.massive.max_abs)},
-            {"median_abs", Num(s.massive.median_abs)},
+           {{"ratio", JsonNumber(s.massive.ratio)},
+            {"max_abs", JsonNumber(s.massive.max_abs)},
+            {"median_abs", JsonNumber(s.massive.median_abs)},
             {"token", s.massive.max.token},
             {"channel", s.massive.max.channel},
             {"window", s.massive_window},
@@ -309,7 +309,7 @@ nlohmann::json StreamJson(const StreamMetrics& s) {
 
 nlohmann::json Vec(const std::vector<double>& v) {
   nlohmann::json a = nlohmann::json::array();
-  for (double x : v) a.push_back(Num(x));
+  for (double x : v) a.push_back(JsonNumber(x));
   return a;
 }
 
@@ -420,22 +420,22 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
       nlohmann::json head{{"head", h},
                           {"alpha", Vec(s.alpha)},
                           {"alpha_uniform", Vec(s.alpha_uniform)},
-                          {"alpha_1_excess", Num(SinkExcess(s))},
+                          {"alpha_1_excess", JsonNumber(SinkExcess(s))},
                           {"first_mass", Vec(s.first_mass)},
-                          {"last_key0", Num(s.last_key0)},
+                          {"last_key0", JsonNumber(s.last_key0)},
                           {"last_visible", s.last_visible},
-                          {"entropy", Num(s.entropy)},
-                          {"distance", Num(s.distance)},
-                          {"sink_mass", Num(s.sink_mass)},
-                          {"previous_token_text", s.diagonal.empty() ? nlohmann::json(nullptr) : Num(s.diagonal[0])},
-                          {"key_norm_ratio", Num(la.geometry[h].key_norm_ratio)},
-                          {"cos_q_key0", Num(la.geometry[h].cos_key0)},
-                          {"cos_q_other_keys", Num(la.geometry[h].cos_key_other)}};
+                          {"entropy", JsonNumber(s.entropy)},
+                          {"distance", JsonNumber(s.distance)},
+                          {"sink_mass", JsonNumber(s.sink_mass)},
+                          {"previous_token_text", s.diagonal.empty() ? nlohmann::json(nullptr) : JsonNumber(s.diagonal[0])},
+                          {"key_norm_ratio", JsonNumber(la.geometry[h].key_norm_ratio)},
+                          {"cos_q_key0", JsonNumber(la.geometry[h].cos_key0)},
+                          {"cos_q_other_keys", JsonNumber(la.geometry[h].cos_key_other)}};
       if (!la.patterns.heads.empty()) {
         const auto& d = la.patterns.heads[h].diagonal;
-        head["previous_token_score"] = Num(d[0]);
-        head["duplicate_token_score"] = Num(d[1]);
-        head["induction_score"] = Num(d[2]);
+        head["previous_token_score"] = JsonNumber(d[0]);
+        head["duplicate_token_score"] = JsonNumber(d[1]);
+        head["induction_score"] = JsonNumber(d[2]);
       }
       heads.push_back(head);
     }
@@ -463,7 +463,7 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
           {"sinks", {{"eps", o.sink_eps},
                      {"rule", "alpha_1_excess = (alpha_1 - alpha_1_uniform) / (1 - alpha_1_uniform) > eps"},
-                     {"alpha_1_uniform", Num(r.alpha_1_uniform)},
+                     {"alpha_1_uniform", JsonNumber(r.alpha_1_uniform)},
                      {"verdict", r.sink_verdict},
                      {"sink_rate_excess", r.sink_rate_excess},
                      {"sink_rate", sink_rates},

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/json_number.h"
 #include "core/resources.h"
 #include "diagnostics/analysis.h"
 #include "experiments/experiment.h"
@@ -204,14 +205,13 @@ nlohmann::json Nested(const std::vector<double>& v, int64_t rows, int64_t cols) 
     nlohmann::json row = nlohmann::json::array();
     for (int64_t c = 0; c < cols; ++c) {
       const double x = v[r * cols + c];
-      row.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+      row.push_back(JsonNumber(x));
     }
     out.push_back(row);
   }
   return out;
 }
 
-nlohmann::json Json(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 Result<ExperimentResult> Run(const ExperimentOptions& o) {
   const Sizes sz = SizesFor(o.quick);
@@ -508,15 +508,15 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
                        {"cka_mean_per_layer", cka_layer},
                        {"jsd_to_others", Nested(jsd_to_others, L, H)},
                        {"cka_to_others", Nested(cka_to_others, L, H)},
-                       {"spearman_importance_jsd", Json(rho_jsd)},
+                       {"spearman_importance_jsd", JsonNumber(rho_jsd)},
                        {"alpha1", Nested(alpha1, L, H)},
-                       {"spearman_importance_alpha1", Json(rho_alpha1)},
+                       {"spearman_importance_alpha1", JsonNumber(rho_alpha1)},
                        {"sink_heads", sink_heads},
                        {"sink_heads_among_first_k20", sinks_among(k20)},
                        {"sink_heads_among_first_k40", sinks_among(k40)},
-                       {"spearman_importance_cka", Json(rho_cka)},
+                       {"spearman_importance_cka", JsonNumber(rho_cka)},
                        {"spearman_importance_jsd_per_layer", nlohmann::json::array()}};
-  for (double x : rho_jsd_layer) res["similarity"]["spearman_importance_jsd_per_layer"].push_back(Json(x));
+  for (double x : rho_jsd_layer) res["similarity"]["spearman_importance_jsd_per_layer"].push_back(JsonNumber(x));
 
   // ---- Summary.
   r.summary = "On " + src.model_kind + " model " + src.model + " (" + std::to_string(L) + " x " + std::to_string(H) +

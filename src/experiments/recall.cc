@@ -44,10 +44,11 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/model_config.h"
+#include "core/json_number.h"
 #include "experiments/experiment.h"
 #include "experiments/mqar.h"
 #include "experiments/recall_probe.h"
-#include "attnlab/model_config.h"
 #include "model/gpt.h"
 #include "report/svg_plot.h"
 #include "train/optimizer.h"
@@ -266,7 +267,6 @@ const ModelRun* Find(const std::vector<ModelRun>& runs, const char* id) {
   return nullptr;
 }
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 Result<ExperimentResult> RunRecall(const ExperimentOptions& o) {
   const Sizes s = SizesFor(o.quick);
@@ -460,7 +460,7 @@ Result<ExperimentResult> RunRecall(const ExperimentOptions& o) {
   nlohmann::json jmodels = nlohmann::json::array();
   for (const ModelRun& run : runs) {
     nlohmann::json loss = nlohmann::json::array();
-    for (double x : run.train_loss) loss.push_back(Num(x));
+    for (double x : run.train_loss) loss.push_back(JsonNumber(x));
     const bool windowed = run.config.attention_window >= 0;
     jmodels.push_back(
         {{"model", run.v->id}, {"label", run.v->label}, {"config", nlohmann::json::parse(ModelConfigToJson(run.config))},
@@ -471,7 +471,7 @@ Result<ExperimentResult> RunRecall(const ExperimentOptions& o) {
          {"skipped", run.skipped}, {"seconds", run.seconds}});
   }
   nlohmann::json jgap = nlohmann::json::array();  // null where a model is missing
-  for (double x : gap) jgap.push_back(Num(x));
+  for (double x : gap) jgap.push_back(JsonNumber(x));
   nlohmann::json jpoints = nlohmann::json::array();
   for (const DilutionPoint& p : probe.points) {
     jpoints.push_back({{"n", p.n}, {"beta", p.beta}, {"softmax", p.softmax}, {"linear", p.linear},
@@ -487,8 +487,8 @@ Result<ExperimentResult> RunRecall(const ExperimentOptions& o) {
       {"probe",
        {{"head_dim", s.probe_dim}, {"seeds", s.probe_seeds}, {"lengths", s.probe_lengths}, {"betas", po.betas},
         {"max_rel_diff", probe.max_rel_diff}, {"linear_ratio", {{"1", r1}, {"2", r2}}},
-        {"slopes", {{"softmax_beta1", Num(slope_soft1)}, {"softmax_beta2", Num(slope_soft2)},
-                    {"linear_beta1", Num(slope_lin1)}, {"linear_beta2", Num(slope_lin2)}}},
+        {"slopes", {{"softmax_beta1", JsonNumber(slope_soft1)}, {"softmax_beta2", JsonNumber(slope_soft2)},
+                    {"linear_beta1", JsonNumber(slope_lin1)}, {"linear_beta2", JsonNumber(slope_lin2)}}},
         {"softmax_half_n", soft_half}, {"points", jpoints}}}};
 
   // ---- Summary.

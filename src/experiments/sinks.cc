@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json_number.h"
 #include "diagnostics/first_token_probe.h"
 #include "diagnostics/representation_metrics.h"
 #include "experiments/bigram_backcopy.h"
@@ -490,7 +491,6 @@ Result<VariantRun> TrainVariant(const ExperimentOptions& o, const Sizes& s, cons
   return run;
 }
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
   const Sizes s = SizesFor(o.quick);
@@ -685,21 +685,21 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
                     {"mean_alpha1", e.mean_alpha1}});
     }
     nlohmann::json massive = nlohmann::json::array();
-    for (double x : run.massive) massive.push_back(Num(x));
+    for (double x : run.massive) massive.push_back(JsonNumber(x));
     jruns.push_back({{"variant", run.v->id}, {"group", run.v->group}, {"label", run.v->label},
-                     {"sink_rate", run.a1.share_above}, {"max_alpha1", Num(run.a1.max)},
-                     {"mean_alpha1", Num(run.a1.mean)}, {"alpha1", run.alpha1},
-                     {"alpha2", run.alpha2}, {"max_alpha2", Num(run.a2.max)},
+                     {"sink_rate", run.a1.share_above}, {"max_alpha1", JsonNumber(run.a1.max)},
+                     {"mean_alpha1", JsonNumber(run.a1.mean)}, {"alpha1", run.alpha1},
+                     {"alpha2", run.alpha2}, {"max_alpha2", JsonNumber(run.a2.max)},
                      {"sink_rate_key1", run.a2.share_above},
-                     {"last_row", run.last_row}, {"mean_last", Num(run.last.mean)},
-                     {"max_last", Num(run.last.max)}, {"uniform_last", run.uniform_last},
-                     {"massive_ratio", massive}, {"massive_ratio_max", Num(run.massive_max)},
-                     {"massive_at_token0", Num(run.massive_at_first)},
-                     {"init_val_loss", Num(run.init_val_loss)}, {"val_loss", Num(run.val_loss)},
+                     {"last_row", run.last_row}, {"mean_last", JsonNumber(run.last.mean)},
+                     {"max_last", JsonNumber(run.last.max)}, {"uniform_last", run.uniform_last},
+                     {"massive_ratio", massive}, {"massive_ratio_max", JsonNumber(run.massive_max)},
+                     {"massive_at_token0", JsonNumber(run.massive_at_first)},
+                     {"init_val_loss", JsonNumber(run.init_val_loss)}, {"val_loss", JsonNumber(run.val_loss)},
                      {"train_loss", run.train_loss},
-                     {"stream", {{"dense_ppl", Num(run.stream.dense)}, {"window_ppl", Num(run.stream.window)},
-                                 {"sink_ppl", Num(run.stream.sink)}, {"note", run.stream.note}}},
-                     {"first_token_sensitivity", Num(run.first_token_sensitivity)},
+                     {"stream", {{"dense_ppl", JsonNumber(run.stream.dense)}, {"window_ppl", JsonNumber(run.stream.window)},
+                                 {"sink_ppl", JsonNumber(run.stream.sink)}, {"note", run.stream.note}}},
+                     {"first_token_sensitivity", JsonNumber(run.first_token_sensitivity)},
                      {"emergence", em}, {"seconds", run.seconds}});
   }
   r.results = {{"layers", s.layers}, {"d_model", s.d_model}, {"heads", s.heads}, {"mlp", false},
@@ -707,7 +707,7 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
                {"probe_every", s.probe_every}, {"probe_sequences", s.probe_batches * s.batch},
                {"stream_window", s.window}, {"stream_segments", s.stream_segments},
                {"stream_segment_tokens", s.len - 1}, {"eps", kSinkEps},
-               {"data", data.source}, {"loss_floor", Num(data.floor)}, {"runs", jruns}};
+               {"data", data.source}, {"loss_floor", JsonNumber(data.floor)}, {"runs", jruns}};
   {
     // Streaming perplexity by the number of pinned tokens S (S + W - S recent, the sink token
     // counted as one of the S), next to dense and window-only.
@@ -715,8 +715,8 @@ Result<ExperimentResult> RunSinks(const ExperimentOptions& o) {
     for (const VariantRun& run : runs) {
       if (run.stream.by_sinks.empty()) continue;
       nlohmann::json by = nlohmann::json::object();
-      for (const auto& [n, ppl] : run.stream.by_sinks) by[std::to_string(n)] = Num(ppl);
-      counts[run.v->id] = {{"dense_ppl", Num(run.stream.dense)}, {"window_ppl", Num(run.stream.window)},
+      for (const auto& [n, ppl] : run.stream.by_sinks) by[std::to_string(n)] = JsonNumber(ppl);
+      counts[run.v->id] = {{"dense_ppl", JsonNumber(run.stream.dense)}, {"window_ppl", JsonNumber(run.stream.window)},
                            {"sinks", by}};
     }
     r.results["sink_count_streaming"] = counts;

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_number.h"
 #include "diagnostics/first_token_probe.h"
 #include "experiments/bigram_backcopy.h"
 #include "experiments/collapse_probe.h"
@@ -244,7 +245,6 @@ struct Run {
   double seconds = 0;
 };
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 std::string ModelId(Kind kind, int64_t layers, int64_t len) {
   return std::string(KindId(kind)) + "_L" + std::to_string(layers) + "_T" + std::to_string(len);
@@ -631,8 +631,8 @@ Result<ExperimentResult> RunSinksCollapse(const ExperimentOptions& o) {
     for (const Emergence& e : run.emergence) em.push_back({{"step", e.step}, {"sink_rate", e.rate}, {"max_alpha1", e.max}});
     nlohmann::json j = {{"id", run.id}, {"variant", KindId(run.kind)}, {"label", run.label},
                         {"sweep", run.sweep}, {"layers", run.layers}, {"seq_len", run.len},
-                        {"batch", run.batch}, {"init_val_loss", Num(run.init_val_loss)},
-                        {"val_loss", Num(run.val_loss)},
+                        {"batch", run.batch}, {"init_val_loss", JsonNumber(run.init_val_loss)},
+                        {"val_loss", JsonNumber(run.val_loss)},
                         {"sinks", SinkJson(run.sinks)}, {"sinks_common", SinkJson(run.sinks_common)},
                         {"common_len", std::min(common_len, run.len)}, {"emergence", em},
                         {"seconds", run.seconds}};
@@ -652,8 +652,8 @@ Result<ExperimentResult> RunSinksCollapse(const ExperimentOptions& o) {
     }
     if (run.measured_collapse) {
       nlohmann::json pa = nlohmann::json::array(), pr = nlohmann::json::array();
-      for (double x : run.perturb.abs) pa.push_back(Num(x));
-      for (double x : run.perturb.rel) pr.push_back(Num(x));
+      for (double x : run.perturb.abs) pa.push_back(JsonNumber(x));
+      for (double x : run.perturb.rel) pr.push_back(JsonNumber(x));
       j["collapse"] = DepthMetricsToJson(run.collapse);
       j["perturbation"] = {{"position", run.perturb.position}, {"abs", pa}, {"rel", pr},
                            {"before_max", run.perturb.before_max}, {"embedding_max", run.perturb.embedding_max}};
@@ -673,7 +673,7 @@ Result<ExperimentResult> RunSinksCollapse(const ExperimentOptions& o) {
                {"probe_sequences", s.probe_sequences}, {"probe_every", s.probe_every}, {"seeds", s.seeds},
                {"depths", s.depths}, {"depth_len", s.depth_len}, {"lens", s.lens}, {"len_depth", s.len_depth},
                {"common_len", common_len}, {"collapse_depth", CL}, {"data", data.source},
-               {"loss_floor", Num(data.floor)}, {"depth_sweep", ids(by_depth)}, {"context_sweep", ids(by_len)},
+               {"loss_floor", JsonNumber(data.floor)}, {"depth_sweep", ids(by_depth)}, {"context_sweep", ids(by_len)},
                {"collapse_comparison", ids(cmp)}, {"models", jmodels}, {"runs", jruns}};
 
   // ---- Summary.
