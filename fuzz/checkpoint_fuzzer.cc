@@ -1,13 +1,14 @@
-// The attnlab checkpoint loader (model/checkpoint.h) on a directory built from the input:
+// The attnlab checkpoint loader (formats/checkpoint.h) on a directory built from the input:
 //   config.json  kSplit  model.safetensors  [kSplit  optimizer.safetensors]
 // LoadCheckpoint and LoadAnyModel must agree; what loads has finite values laid out for its
 // config, runs a forward when small, and survives a save/load round trip bit for bit.
 #include <cmath>
 #include <cstring>
 
+#include "formats/load_model.h"
 #include "fuzz_target.h"
 #include "param_compare.h"
-#include "model/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "model/gpt.h"
 
 using namespace attnlab;

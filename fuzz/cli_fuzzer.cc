@@ -35,9 +35,9 @@
 #include "core/atomic_file.h"
 #include "core/npy.h"
 #include "fuzz_target.h"
-#include "model/checkpoint.h"
-#include "model/llmc.h"
-#include "model/hf_gpt2.h"
+#include "formats/checkpoint.h"
+#include "formats/llmc.h"
+#include "formats/hf_gpt2.h"
 #include "train/token_data.h"
 
 using namespace attnlab;

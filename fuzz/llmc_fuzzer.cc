@@ -1,13 +1,14 @@
-// llm.c .bin checkpoints (model/llmc.h): the header checks, the size check before any
+// llm.c .bin checkpoints (formats/llmc.h): the header checks, the size check before any
 // allocation, the tensor walk. What loads has finite values, and loads back bit for bit
 // after a WriteLlmc round trip (as fp32).
 #include <cmath>
 #include <cstring>
 
+#include "formats/load_model.h"
 #include "fuzz_target.h"
 #include "param_compare.h"
-#include "model/checkpoint.h"
-#include "model/llmc.h"
+#include "formats/checkpoint.h"
+#include "formats/llmc.h"
 
 using namespace attnlab;
 

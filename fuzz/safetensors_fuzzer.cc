@@ -1,12 +1,12 @@
-// safetensors parsing (model/safetensors.h): in memory and through the mmap reader, which must
+// safetensors parsing (formats/safetensors.h): in memory and through the mmap reader, which must
 // agree; every accessor of a parsed file stays in bounds; a parsed file re-encodes to one that
 // parses to the same tensors; the Hugging Face GPT-2 mapping on top never misbehaves.
 #include <cstring>
 #include <set>
 
 #include "fuzz_target.h"
-#include "model/hf_gpt2.h"
-#include "model/safetensors.h"
+#include "formats/hf_gpt2.h"
+#include "formats/safetensors.h"
 
 using namespace attnlab;
 

@@ -30,7 +30,7 @@
 #include "core/npy.h"
 #include "model/gpt.h"
 #include "model/parameters.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace attnlab {
 namespace {

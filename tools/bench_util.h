@@ -316,12 +316,15 @@ inline Status Validate(Problem& full, bool backward, std::vector<Check>* checks)
   return Status::Ok();
 }
 
-// Median wall time in ms of `repeats` calls of fn, after one warm-up call.
-template <typename F>
-double MedianMs(int repeats, F&& fn) {
-  fn();
+// Median wall time in ms of `repeats` calls of fn, after one warm-up call; `before` (not timed)
+// runs ahead of each call, e.g. to evict the caches.
+template <typename F, typename G>
+double MedianMsWith(int repeats, F&& fn, G&& before) {
+  before();
+  fn();  // warm-up
   std::vector<double> ms;
   for (int r = 0; r < repeats; ++r) {
+    before();
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     ms.push_back(
@@ -330,6 +333,11 @@ double MedianMs(int repeats, F&& fn) {
   std::sort(ms.begin(), ms.end());
   const size_t n = ms.size();
   return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+}
+
+template <typename F>
+double MedianMs(int repeats, F&& fn) {
+  return MedianMsWith(repeats, fn, [] {});
 }
 
 // oneDNN runs its sgemm on OpenMP: give it the engine's thread count so the baseline is fair.

@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
-#include "model/tokenizer_spec.h"
+#include "tokenizer/tokenizer_spec.h"
 
 namespace attnlab::cli {
 

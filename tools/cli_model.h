@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attnlab/tokenizer.h"
-#include "model/checkpoint.h"
+#include "formats/load_model.h"
 #include "model/gpt.h"
 
 namespace attnlab::cli {

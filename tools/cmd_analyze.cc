@@ -381,8 +381,7 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   auto o = std::make_shared<AnalyzeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "analyze", "Attention sinks and collapse of a model on a text, with a report (no N x N maps)");
-  cmd->add_option("--model", o->model, "model (default: embedded)");
-  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  AddModelOptions(cmd, &o->model, &o->tokenizer);
   cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
   cmd->add_option("--prompt", o->prompt, "a text given on the command line instead");
   cmd->add_option("--out", o->out, "report directory (analysis)");

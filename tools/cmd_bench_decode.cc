@@ -70,24 +70,6 @@ float Evict(const std::vector<const std::vector<float>*>& bufs, ThreadPool& pool
   return s;
 }
 
-// Median ms of `repeats` runs of fn, with `before` (not timed) ahead of each.
-template <typename F, typename G>
-double MedianMsWith(int repeats, F&& fn, G&& before) {
-  before();
-  fn();  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < repeats; ++r) {
-    before();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-}
-
 }  // namespace
 
 DecodePlan PlanDecode(const DecodeBenchConfig& c) {
@@ -245,7 +227,7 @@ DecodeResult DecodeRows(const DecodeBenchConfig& c) {
                         {"dtype", std::string(KvDtypeName(dtype))},
                         {"cache", cold ? "cold" : "warm"},
                         {"cache_bytes", bytes}};
-        r.time_ms = MedianMsWith(
+        r.time_ms = bench::MedianMsWith(
             cold ? cold_repeats : c.repeats,
             [&] { Check(AttentionDecode(s, dp, q, kv, vv, out), "decode"); },
             [&] {

@@ -31,7 +31,7 @@
 #include "bench_json.h"
 #include "commands.h"
 #include "core/resources.h"
-#include "model/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "model/gpt.h"
 #include "report/format_number.h"
 #include "train/optimizer.h"

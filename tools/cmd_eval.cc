@@ -91,8 +91,7 @@ void Run(const EvalOptions& o) {
 void RegisterEvalCommand(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Perplexity of a model on a text");
-  cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
-  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  AddModelOptions(cmd, &o->model, &o->tokenizer);
   cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
   cmd->add_option("--max-tokens", o->max_tokens, "use at most the first N tokens of the text (default: all)")
       ->check(CLI::PositiveNumber);

@@ -9,7 +9,7 @@
 // The model defaults to the embedded one. The dense cache (default) keeps every token, so prompt
 // plus generated tokens must fit the model's context: a request that cannot is refused before
 // any work (a usage error naming the limit), never cut short. The window and sink policies
-// (model/streaming_cache.h) keep W tokens and generate without a length limit at constant memory.
+// (cache/streaming_cache.h) keep W tokens and generate without a length limit at constant memory.
 // Generation stops early only when the model produces its end-of-text token, and says so.
 // --json prints one JSON document (prompt and generated token ids and text, the policy) instead
 // of the streamed text.
@@ -21,8 +21,8 @@
 
 #include "cli_model.h"
 #include "commands.h"
-#include "model/sampler.h"
-#include "model/streaming_cache.h"
+#include "inference/sampler.h"
+#include "cache/streaming_cache.h"
 
 namespace attnlab::cli {
 namespace {
@@ -203,8 +203,7 @@ void Run(const GenerateOptions& o) {
 void RegisterGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a model (streams tokens)");
-  cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
-  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  AddModelOptions(cmd, &o->model, &o->tokenizer);
   CLI::Option* prompt =
       cmd->add_option("--prompt", o->prompt, "literal text to continue (default: start from BOS)");
   cmd->add_option("--text", o->text, "a text file to continue (instead of --prompt)")

@@ -69,8 +69,7 @@ void Run(const LogitsOptions& o) {
 void RegisterLogitsCommand(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of a token sequence as .npy");
-  cmd->add_option("--model", o->model, "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
-  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, gpt2:<dir>, a directory or a vocabulary file");
+  AddModelOptions(cmd, &o->model, &o->tokenizer);
   cmd->add_option("--tokens", o->tokens, "comma-separated token ids");
   cmd->add_option("--text", o->text, "a text file to tokenise instead");
   cmd->add_option("--prompt", o->prompt, "a text given here to tokenise instead");

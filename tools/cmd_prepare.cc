@@ -14,7 +14,7 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
-#include "model/tokenizer_spec.h"
+#include "tokenizer/tokenizer_spec.h"
 #include "train/corpus.h"
 
 namespace attnlab::cli {

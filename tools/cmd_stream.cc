@@ -1,5 +1,5 @@
 // `attnlab stream`: rolling perplexity over a long text, token by token, under a KV cache policy
-// (model/stream_eval.h). Prints per-chunk perplexity, tokens/s and memory as it goes.
+// (inference/stream_eval.h). Prints per-chunk perplexity, tokens/s and memory as it goes.
 //
 //   attnlab stream [--model M] [--text FILE | --prompt STR] [--policy dense|window|sink|recompute]
 //                  [--sinks 4] [--window W] [--rope-mode attention|stored] [--max-tokens N]
@@ -28,7 +28,7 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
-#include "model/stream_eval.h"
+#include "inference/stream_eval.h"
 
 namespace attnlab::cli {
 namespace {
@@ -204,8 +204,7 @@ void RegisterStreamCommand(CLI::App& app) {
   auto o = std::make_shared<StreamOptions>();
   CLI::App* cmd = app.add_subcommand(
       "stream", "Rolling perplexity over a long text under a KV cache policy (StreamingLLM)");
-  cmd->add_option("--model", o->model, "model (default: embedded)");
-  cmd->add_option("--tokenizer", o->tokenizer, "override: byte, gpt2, or a vocabulary file");
+  AddModelOptions(cmd, &o->model, &o->tokenizer);
   CLI::Option* text = cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
   cmd->add_option("--prompt", o->prompt, "literal text to score instead of a file")
       ->excludes(text);

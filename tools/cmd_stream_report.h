@@ -1,6 +1,6 @@
 // The files `attnlab stream` writes: the per-policy results as JSON and CSV, and for --compare
 // the report (report.html, report.json) whose every caption and verdict is computed from the
-// numbers (model/stream_eval.h: CompareStreamPolicies).
+// numbers (inference/stream_eval.h: CompareStreamPolicies).
 #ifndef ATTNLAB_TOOLS_CMD_STREAM_REPORT_H_
 #define ATTNLAB_TOOLS_CMD_STREAM_REPORT_H_
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/stream_eval.h"
+#include "inference/stream_eval.h"
 
 namespace attnlab::cli {
 

@@ -18,8 +18,10 @@
 #include "attnlab/thread_pool.h"
 #include "commands.h"
 #include "core/atomic_file.h"
-#include "model/checkpoint.h"
-#include "model/tokenizer_spec.h"
+#include "diagnostics/first_token_probe.h"
+#include "formats/checkpoint.h"
+#include "formats/loaded_model.h"
+#include "tokenizer/tokenizer_spec.h"
 #include "train/token_data.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -181,6 +183,7 @@ void Run(TrainFlags f) {
                ModelParameterCount(mc) / 1e6, static_cast<long>(o.steps),
                static_cast<long>(o.batch), static_cast<long>(T), static_cast<long>(o.accum),
                static_cast<double>(o.steps) * o.batch * T * o.accum / 1e6, DefaultThreadCount());
+  if (o.probe_every > 0) o.probe = {MeasureFirstToken, FirstTokenProgressText};
   Trainer trainer(gpt.get(), o, std::move(train_tok.value().tokens),
                   std::move(val_tok.value().tokens));
   if (f.resume) {

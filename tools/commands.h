@@ -34,6 +34,14 @@ inline void Check(const Status& st, const std::string& context = "") {
   if (!st.ok()) throw CommandError(context.empty() ? st.ToString() : context + ": " + st.ToString());
 }
 
+// --model and --tokenizer as every model-running command takes them (docs/CLI.md), one help text.
+inline void AddModelOptions(CLI::App* cmd, std::string* model, std::string* tokenizer) {
+  cmd->add_option("--model", *model,
+                  "checkpoint dir, GPT-2 safetensors, or llm.c .bin (default: embedded)");
+  cmd->add_option("--tokenizer", *tokenizer,
+                  "override: byte, gpt2, gpt2:<dir>, a directory or a vocabulary file");
+}
+
 void RegisterAttentionCommand(CLI::App& app);  // cmd_attention.cc
 void RegisterMemoryCommand(CLI::App& app);     // cmd_memory.cc
 void RegisterBenchCommand(CLI::App& app);      // cmd_bench.cc

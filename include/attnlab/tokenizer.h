@@ -27,7 +27,7 @@
 //      does, implemented by hand (leftmost alternative that matches wins, each one greedy).
 //      Merges never cross the boundaries of these pieces. Definitions:
 //        \p{L}  Unicode general categories Lu Ll Lt Lm Lo, \p{N}: Nd Nl No (Unicode 17.0 tables
-//               generated with Node.js, src/model/tokenizer_unicode.cc; code points assigned
+//               generated with Node.js, src/tokenizer/tokenizer_unicode.cc; code points assigned
 //               after the Unicode version of another implementation may classify differently)
 //        \s     the Unicode White_Space property (U+0009..U+000D, U+0020, U+0085, U+00A0,
 //               U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000), as in the
@@ -252,6 +252,9 @@ struct Utf8Char {
   bool valid = false;
 };
 Utf8Char DecodeUtf8Char(std::string_view s);
+
+// True if every byte of `s` belongs to a well-formed UTF-8 sequence (DecodeUtf8Char).
+bool IsValidUtf8(std::string_view s);
 
 // GPT-2's pre-tokeniser (rules in the file comment). Usage:
 //   Gpt2PreTokenizer pt(text);  std::string_view piece;  while (pt.Next(&piece)) { ... }

@@ -12,13 +12,6 @@
 
 namespace attnlab {
 
-std::string ErrnoMessage(int err) {
-  char buf[256];
-  // GNU strerror_r returns the message (possibly not in buf).
-  const char* msg = ::strerror_r(err, buf, sizeof(buf));
-  return std::string(msg) + " (errno " + std::to_string(err) + ")";
-}
-
 std::string AtomicTempPath(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
   return path + ".tmp." + std::to_string(static_cast<long long>(::getpid())) + "." +
@@ -106,6 +99,11 @@ Status AtomicFileWriter::Append(const void* data, size_t n) {
 }
 
 Status AtomicFileWriter::Commit() {
+  ATTNLAB_RETURN_IF_ERROR(Stage());
+  return Publish();
+}
+
+Status AtomicFileWriter::Stage() {
   ATTNLAB_CHECK(fd_ >= 0);
   if (::fsync(fd_) != 0) {
     const int err = errno;
@@ -119,6 +117,11 @@ Status AtomicFileWriter::Commit() {
     tmp_.clear();
     return Status::IoError(path_ + ": close of the temporary file failed: " + ErrnoMessage(err));
   }
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Publish() {
+  ATTNLAB_CHECK(is_staged());
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp_.c_str());
@@ -146,47 +149,6 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   ATTNLAB_RETURN_IF_ERROR(w.Open(path));
   ATTNLAB_RETURN_IF_ERROR(w.Append(contents));
   return w.Commit();
-}
-
-Result<std::string> ReadFileToString(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::IoError(path + ": cannot open: " + ErrnoMessage(err));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::IoError(path + ": cannot stat: " + ErrnoMessage(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return Status::OutOfRange(path + ": " + std::to_string(st.st_size) +
-                              " bytes is more than the " + std::to_string(max_bytes) +
-                              " bytes expected for this file");
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t r = ::read(fd, out.data() + done, out.size() - done);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return Status::IoError(path + ": read failed: " + ErrnoMessage(err));
-    }
-    if (r == 0) break;  // the file shrank while we read it
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  out.resize(done);
-  return out;
 }
 
 }  // namespace attnlab

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "attnlab/status.h"
+#include "core/files.h"  // ReadFileToString, ErrnoMessage (once declared here)
 
 namespace attnlab {
 
@@ -50,12 +51,19 @@ class AtomicFileWriter {
   Status Append(const void* data, size_t n);
   Status Append(std::string_view s) { return Append(s.data(), s.size()); }
   // fsync + close + rename over the target + fsync of the directory. On failure the temporary
-  // file is removed and the target keeps its old contents.
+  // file is removed and the target keeps its old contents. The same as Stage() then Publish().
   Status Commit();
+  // The two halves of Commit, for several files published together (NpyOutputSet): Stage()
+  // fsyncs and closes the temporary file (REQUIRES: open); Publish() renames it over the target
+  // and fsyncs the directory (REQUIRES: staged). A staged writer destroyed or aborted before
+  // Publish() removes its temporary file.
+  Status Stage();
+  Status Publish();
   // Closes and removes the temporary file; no-op when nothing is open.
   void Abort();
 
   bool is_open() const { return fd_ >= 0; }
+  bool is_staged() const { return fd_ < 0 && !tmp_.empty(); }
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
   uint64_t bytes_written() const { return written_; }
@@ -68,13 +76,6 @@ class AtomicFileWriter {
 
 // Writes `contents` to `path` atomically (the protocol above).
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
-
-// Reads a whole regular file. NotFound if it does not exist, OutOfRange if it is larger than
-// max_bytes (checked before reading), IoError otherwise.
-Result<std::string> ReadFileToString(const std::string& path, int64_t max_bytes);
-
-// strerror(err), thread-safe.
-std::string ErrnoMessage(int err);
 
 }  // namespace attnlab
 

@@ -1,9 +1,5 @@
 #include "core/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -11,6 +7,10 @@
 #include <limits>
 #include <optional>
 #include <set>
+
+#include "core/atomic_file.h"
+#include "core/files.h"
+#include "core/printable.h"
 
 namespace attnlab {
 
@@ -27,27 +27,7 @@ constexpr char kSupported[] =
 
 std::string Str(int64_t x) { return std::to_string(x); }
 
-// Printable excerpt of untrusted bytes: "PK\x03\x04" style, at most `max` input bytes.
-std::string Escape(std::string_view s, size_t max = 80) {
-  std::string r;
-  for (size_t i = 0; i < s.size() && i < max; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\\') {
-      r += "\\\\";
-    } else if (c >= 0x20 && c < 0x7f) {
-      r += static_cast<char>(c);
-    } else if (c == '\n') {
-      r += "\\n";
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      r += "\\x";
-      r += kHex[c >> 4];
-      r += kHex[c & 15];
-    }
-  }
-  if (s.size() > max) r += "...";
-  return r;
-}
+std::string Escape(std::string_view s, size_t max = 80) { return PrintableExcerpt(s, max); }
 
 std::string ShapeToString(std::span<const int64_t> shape) {
   std::string r = "[";
@@ -344,44 +324,6 @@ Result<Header> ParseHeaderAndCheckSize(std::string_view dict, const Preamble& p,
   return h;
 }
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
-// Reads exactly n bytes at offset; false with errno or short read.
-Status ReadFully(int fd, int64_t offset, char* dst, int64_t n, const std::string& name) {
-  int64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(
-        fd, dst + done, static_cast<size_t>(std::min<int64_t>(n - done, 1 << 30)), offset + done);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError(name + ": read failed: " + ErrnoText(errno));
-    }
-    if (r == 0) {
-      return Status::IoError(name + ": the file shrank while being read (expected " + Str(n) +
-                             " bytes at offset " + Str(offset) + ", got " + Str(done) + ")");
-    }
-    done += r;
-  }
-  return Status::Ok();
-}
-
-Status WriteAll(int fd, const char* src, size_t n, const std::string& name) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::write(fd, src + done, std::min<size_t>(n - done, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError(name + ": write failed: " + ErrnoText(errno));
-    }
-    done += static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-std::string TempNameFor(const std::string& path) {
-  return path + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
-}
-
 // The header text (dict + padding + '\n') and the preamble for it.
 Result<std::string> EncodeHeader(const std::string& dtype, std::span<const int64_t> shape,
                                  size_t data_bytes) {
@@ -431,61 +373,22 @@ Result<std::string> EncodeHeader(const std::string& dtype, std::span<const int64
   return out + dict;
 }
 
-// Creates `tmp`, writes header + data, fsyncs. Removes tmp on failure.
-Status WriteTemp(const std::string& tmp, const std::string& path, const std::string& header,
-                 const void* data, size_t nbytes) {
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    return Status::IoError(path + ": cannot create the temporary file " + tmp + ": " +
-                           ErrnoText(err));
-  }
-  Status st = WriteAll(fd, header.data(), header.size(), tmp);
-  if (st.ok()) st = WriteAll(fd, static_cast<const char*>(data), nbytes, tmp);
-  if (st.ok() && ::fsync(fd) != 0)
-    st = Status::IoError(tmp + ": fsync failed: " + ErrnoText(errno));
-  if (::close(fd) != 0 && st.ok())
-    st = Status::IoError(tmp + ": close failed: " + ErrnoText(errno));
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
-}
-
-void SyncParentDir(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)::fsync(fd);  // best effort: the rename itself already happened
-    ::close(fd);
-  }
-}
-
+// Writes header + data for `path` into w's temporary file and stages it (fsync, close).
 Status StageRaw(const std::string& path, const std::string& dtype, std::span<const int64_t> shape,
-                const void* data, size_t nbytes, std::string* tmp_out) {
+                const void* data, size_t nbytes, AtomicFileWriter* w) {
   auto header = EncodeHeader(dtype, shape, nbytes);
   if (!header.ok()) return header.status().WithContext(path);
-  const std::string tmp = TempNameFor(path);
-  ATTNLAB_RETURN_IF_ERROR(WriteTemp(tmp, path, *header, data, nbytes));
-  *tmp_out = tmp;
-  return Status::Ok();
-}
-
-Status Rename(const std::string& tmp, const std::string& path) {
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::IoError(path + ": cannot move " + tmp + " into place: " + ErrnoText(err));
-  }
-  SyncParentDir(path);
-  return Status::Ok();
+  ATTNLAB_RETURN_IF_ERROR(w->Open(path));
+  ATTNLAB_RETURN_IF_ERROR(w->Append(*header));
+  ATTNLAB_RETURN_IF_ERROR(w->Append(data, nbytes));
+  return w->Stage();
 }
 
 Status WriteRaw(const std::string& path, const std::string& dtype, std::span<const int64_t> shape,
                 const void* data, size_t nbytes) {
-  std::string tmp;
-  ATTNLAB_RETURN_IF_ERROR(StageRaw(path, dtype, shape, data, nbytes, &tmp));
-  return Rename(tmp, path);
+  AtomicFileWriter w;
+  ATTNLAB_RETURN_IF_ERROR(StageRaw(path, dtype, shape, data, nbytes, &w));
+  return w.Publish();
 }
 
 Result<int64_t> CheckedCount(std::span<const int64_t> shape, const std::string& path) {
@@ -608,32 +511,18 @@ Result<NpyArray> ParseNpy(std::string_view file, const std::string& name) {
 }
 
 Result<NpyArray> ReadNpy(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::IoError(path + ": cannot open: " + ErrnoText(err));
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return Status::IoError(path + ": fstat failed: " + ErrnoText(errno));
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path +
-                                   ": not a regular file (a directory or device?); "
-                                   "expected a .npy file");
-  }
-  const int64_t size = st.st_size;
+  ATTNLAB_ASSIGN_OR_RETURN(
+      ReadOnlyFile file,
+      ReadOnlyFile::Open(path, " (a directory or device?); expected a .npy file"));
+  const int64_t size = file.size();
   // Preamble first: at most 12 bytes.
   char head[12];
   const int64_t head_n = std::min<int64_t>(size, sizeof(head));
-  ATTNLAB_RETURN_IF_ERROR(ReadFully(fd, 0, head, head_n, path));
+  ATTNLAB_RETURN_IF_ERROR(file.ReadAt(0, head, head_n, "the preamble"));
   ATTNLAB_ASSIGN_OR_RETURN(Preamble p, ParsePreamble(std::string_view(head, head_n), size, path));
   // The header length was checked against the file size, so this allocation is bounded by it.
   std::string dict(static_cast<size_t>(p.header_len), '\0');
-  ATTNLAB_RETURN_IF_ERROR(ReadFully(fd, p.header_offset, dict.data(), p.header_len, path));
+  ATTNLAB_RETURN_IF_ERROR(file.ReadAt(p.header_offset, dict.data(), p.header_len, "the header"));
   int64_t data_bytes = 0;
   ATTNLAB_ASSIGN_OR_RETURN(Header h, ParseHeaderAndCheckSize(dict, p, size, path, &data_bytes));
   NpyArray a;
@@ -641,7 +530,7 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   a.shape = std::move(h.shape);
   a.bytes.resize(static_cast<size_t>(data_bytes));  // == what the file holds, checked above
   ATTNLAB_RETURN_IF_ERROR(
-      ReadFully(fd, p.header_offset + p.header_len, a.bytes.data(), data_bytes, path));
+      file.ReadAt(p.header_offset + p.header_len, a.bytes.data(), data_bytes, "the data"));
   return a;
 }
 
@@ -689,27 +578,25 @@ NpyArray MakeNpyUint8(const uint8_t* data, std::span<const int64_t> shape) {
 
 // ---- NpyOutputSet -----------------------------------------------------------------------------
 
-NpyOutputSet::~NpyOutputSet() {
-  for (const Staged& s : staged_) ::unlink(s.tmp.c_str());
-}
+NpyOutputSet::~NpyOutputSet() = default;  // each staged writer removes its temporary file
 
 Status NpyOutputSet::Stage(const std::string& path, const NpyArray& a) {
-  for (const Staged& s : staged_) {
-    if (s.path == path) {
+  for (const AtomicFileWriter& w : staged_) {
+    if (w.path() == path) {
       return Status::InvalidArgument(path + ": the same output path was given twice");
     }
   }
-  std::string tmp;
-  ATTNLAB_RETURN_IF_ERROR(StageRaw(path, a.dtype, a.shape, a.bytes.data(), a.bytes.size(), &tmp));
-  staged_.push_back({tmp, path});
+  AtomicFileWriter w;
+  ATTNLAB_RETURN_IF_ERROR(StageRaw(path, a.dtype, a.shape, a.bytes.data(), a.bytes.size(), &w));
+  staged_.push_back(std::move(w));
   return Status::Ok();
 }
 
 Status NpyOutputSet::Commit() {
   while (!staged_.empty()) {
-    const Staged s = staged_.front();
+    AtomicFileWriter w = std::move(staged_.front());
     staged_.erase(staged_.begin());
-    ATTNLAB_RETURN_IF_ERROR(Rename(s.tmp, s.path));  // the destructor removes the rest
+    ATTNLAB_RETURN_IF_ERROR(w.Publish());  // the destructor removes the rest
   }
   return Status::Ok();
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "attnlab/status.h"
+#include "core/atomic_file.h"
 
 namespace attnlab {
 
@@ -65,8 +66,8 @@ Result<NpyArray> ReadNpy(const std::string& path);
 // REQUIRES: a.dtype supported and a.bytes.size() == NumElements() * ItemSize().
 Result<std::string> EncodeNpy(const NpyArray& a);
 
-// Writes `a` atomically: to "path.tmp.<pid>", fsync, rename over `path`. On failure `path` is
-// untouched and the temporary file removed.
+// Writes `a` atomically (core/atomic_file.h: a temporary file, fsync, rename over `path`). On
+// failure `path` is untouched and the temporary file removed.
 Status WriteNpy(const std::string& path, const NpyArray& a);
 // Convenience writers for contiguous C-order buffers of product(shape) elements.
 Status WriteNpyFloat(const std::string& path, const float* data, std::span<const int64_t> shape);
@@ -91,10 +92,7 @@ class NpyOutputSet {
   Status Commit();
 
  private:
-  struct Staged {
-    std::string tmp, path;
-  };
-  std::vector<Staged> staged_;
+  std::vector<AtomicFileWriter> staged_;  // staged, in the order given
 };
 
 }  // namespace attnlab

@@ -9,7 +9,7 @@
 
 #include "attnlab/attention.h"
 #include "core/json_number.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace attnlab {
 
@@ -452,7 +452,11 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
   for (const LayerAnalysis& la : r.layers) all.push_back(la.attention);
   nlohmann::json sink_rates = nlohmann::json::object();
   for (int64_t k = 1; k <= o.first_k; ++k) {
-    sink_rates["k" + std::to_string(k)] = AttentionSinkRate(all, k, o.sink_eps);
+    // Built with += : GCC 12 warns -Wrestrict (a false positive, GCC bug 105329) on the
+    // inlined "k" + std::to_string(k).
+    std::string key = "k";
+    key += std::to_string(k);
+    sink_rates[key] = AttentionSinkRate(all, k, o.sink_eps);
   }
   return {{"format", "attnlab-analysis"},
           {"version", 1},

@@ -149,15 +149,21 @@ TEST(Analysis, UniformAttentionIsNeverASinkAtAnyLength) {
     for (const LayerAnalysis& la : a.layers) {
       for (const AttentionHeadStats& s : la.attention.heads) {
         EXPECT_NEAR(s.alpha[0], s.alpha_uniform[0], 1e-5) << "T = " << T;
-        if (T <= 512) EXPECT_NEAR(s.alpha_uniform[0], harmonic / n, 1e-12) << "T = " << T;
-        if (a.sink_verdict) EXPECT_NEAR(SinkExcess(s), 0.0, 1e-4) << "T = " << T;
+        if (T <= 512) {
+          EXPECT_NEAR(s.alpha_uniform[0], harmonic / n, 1e-12) << "T = " << T;
+        }
+        if (a.sink_verdict) {
+          EXPECT_NEAR(SinkExcess(s), 0.0, 1e-4) << "T = " << T;
+        }
       }
     }
     // Windows of 4 tokens or fewer are too short to call (u = H_4 / 4 = 0.52; 0.46 at T = 5).
     EXPECT_EQ(a.sink_verdict, T >= 5) << "T = " << T << ", u = " << a.alpha_1_uniform;
     // Gu et al.'s raw rule alpha_1 > 0.3 calls every head of this uniform model a sink at T = 5
     // and 8 (u = 0.46, 0.34); the excess rule above calls none.
-    if (T == 5 || T == 8) EXPECT_DOUBLE_EQ(a.sink_rate_1, 1.0) << "T = " << T;
+    if (T == 5 || T == 8) {
+      EXPECT_DOUBLE_EQ(a.sink_rate_1, 1.0) << "T = " << T;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnlab/thread_pool.h"
+#include "engine/attention_flash_common.h"
 #include "engine/attention_mask.h"
 #include "engine/attention_validate.h"
 #include "engine/gemm.h"
@@ -71,14 +72,15 @@ struct Call {
   ThreadPool* pool;
 };
 
-// Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window (lo,
-// hi and sink_end are non-decreasing in i). Empty when c1 <= c0.
-void BlockColumns(const AttentionMask& m, int64_t len_q, int64_t len_k, int64_t i0, int64_t i1,
+// Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window.
+// Empty when c1 <= c0. The bounds are not monotone across the global/local boundary (a global
+// row of a bidirectional window sees every key, the next row only up to p + window_right:
+// attention_mask.h), so the span is taken over each monotone run (ChunkKeySpan).
+void BlockColumns(const AttentionMask& mask, int64_t len_q, int64_t len_k, int64_t i0, int64_t i1,
                   int64_t* c0, int64_t* c1) {
-  const RowRange first = RowVisibleRange(m, len_q, len_k, i0);
-  const RowRange last = RowVisibleRange(m, len_q, len_k, i1 - 1);
-  *c1 = std::max(last.hi + 1, last.sink_end);
-  *c0 = last.sink_end > 0 ? 0 : first.lo;
+  const internal::KeySpan span = internal::ChunkKeySpan(mask, len_q, len_k, i0, i1 - i0);
+  *c1 = std::max(span.hi + 1, span.sink_end);
+  *c0 = span.sink_end > 0 ? 0 : span.lo;
 }
 
 // Scores of rows [i0, i1) of query head h against keys [c0, c1), times scale * log2(e), into t
@@ -95,7 +97,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
                     c.q + i0 * c.q_stride + h * c.head_dim, c.q_stride, c.k.at(0, hk, c0), ldk,
                     0.0f, t, ld, c.pool);
   }
-  const AttentionMask& m = c.params->mask;
+  const AttentionMask& mask = c.params->mask;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     float* tr = t + r * ld;
@@ -104,7 +106,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
       n[r] = 0;
       continue;
     }
-    const RowRange rr = RowVisibleRange(m, c.len_q, c.len_k, i);
+    const RowRange rr = RowVisibleRange(mask, c.len_q, c.len_k, i);
     // Visible through the ranges, clipped to [c0, c1): [c0, a1) and [b0, b1), a1 <= b0.
     const int64_t a1 = std::clamp(rr.sink_end, c0, c1);
     const int64_t b0 = std::clamp(std::max(rr.lo, rr.sink_end), c0, c1);
@@ -112,10 +114,10 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
     std::fill(tr + (a1 - c0), tr + (b0 - c0), kNegInf);
     std::fill(tr + (b1 - c0), tr + ld, kNegInf);
     int64_t cnt = (a1 - c0) + (b1 - b0);
-    if (m.explicit_mask) {  // the general rule, key by key (also covers mask_first_key)
+    if (mask.explicit_mask) {  // the general rule, key by key (also covers mask_first_key)
       auto apply = [&](int64_t lo, int64_t hi) {
         for (int64_t j = lo; j < hi; ++j) {
-          if (!internal::KeyVisible(m, rr, 0, h, i, j)) {
+          if (!internal::KeyVisible(mask, rr, 0, h, i, j)) {
             tr[j - c0] = kNegInf;
             --cnt;
           }
@@ -123,7 +125,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
       };
       apply(c0, a1);
       apply(b0, b1);
-    } else if (m.mask_first_key && c0 == 0 && (a1 > 0 || (b0 == 0 && b1 > 0))) {
+    } else if (mask.mask_first_key && c0 == 0 && (a1 > 0 || (b0 == 0 && b1 > 0))) {
       tr[0] = kNegInf;
       --cnt;
     }
@@ -141,34 +143,34 @@ double Logit2(const Call& c, int64_t h, int64_t i, int64_t j) {
 }
 
 float RowMax(const float* t, int64_t ld) {
-  VecF m = simd::Set1(kNegInf);
-  for (int64_t j = 0; j < ld; j += simd::kLanes) m = simd::Max(m, simd::Load(t + j));
-  return simd::ReduceMax(m);
+  VecF lane_max = simd::Set1(kNegInf);
+  for (int64_t j = 0; j < ld; j += simd::kLanes) lane_max = simd::Max(lane_max, simd::Load(t + j));
+  return simd::ReduceMax(lane_max);
 }
 
 // The row max and the first column holding it (t[0, ld), ld a multiple of 16, not all -inf).
 float RowArgMax(const float* t, int64_t ld, int64_t* arg) {
-  VecF m = simd::Set1(kNegInf);
+  VecF lane_max = simd::Set1(kNegInf);
   simd::VecI at = {}, col = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const simd::VecI step = col * 0 + simd::kLanes;
   for (int64_t j = 0; j < ld; j += simd::kLanes, col += step) {
     const VecF x = simd::Load(t + j);
-    const simd::VecI gt = x > m;  // strictly: each lane keeps its first max
-    m = gt ? x : m;
+    const simd::VecI gt = x > lane_max;  // strictly: each lane keeps its first max
+    lane_max = gt ? x : lane_max;
     at = gt ? col : at;
   }
-  const float best = simd::ReduceMax(m);
+  const float best = simd::ReduceMax(lane_max);
   int64_t first = ld;
   for (int l = 0; l < simd::kLanes; ++l) {
-    if (m[l] == best) first = std::min<int64_t>(first, at[l]);
+    if (lane_max[l] == best) first = std::min<int64_t>(first, at[l]);
   }
   *arg = first;
   return best;
 }
 
-// Row sums in the exp2 domain over a padded row t[0, ld) (-inf = invisible), e_j = 2^(t_j - m2),
+// Row sums in the exp2 domain over a padded row t[0, ld) (-inf = invisible), e_j = 2^(t_j - max2),
 // dist_j = dist0 - j:
-//   softmax:  s0 = sum e_j,  s1 = sum e_j (t_j - m2),  s2 = sum e_j dist_j
+//   softmax:  s0 = sum e_j,  s1 = sum e_j (t_j - max2),  s2 = sum e_j dist_j
 //   sigmoid:  s0 = sum p_j,  s2 = sum p_j dist_j,  p_j = 1 / (1 + 2^-(t_j + b2))
 // fp32 lanes, flushed into double every 256 keys.
 struct RowSums {
@@ -186,9 +188,9 @@ void Flush(const VecF& a0, const VecF& a1, const VecF& a2, RowSums* s) {
   }
 }
 
-RowSums SoftmaxRowSums(const float* t, int64_t ld, float m2, int64_t dist0) {
+RowSums SoftmaxRowSums(const float* t, int64_t ld, float max2, int64_t dist0) {
   RowSums s;
-  const VecF mv = simd::Set1(m2), floor = simd::Set1(-1000.0f), step = simd::Set1(simd::kLanes);
+  const VecF mv = simd::Set1(max2), floor = simd::Set1(-1000.0f), step = simd::Set1(simd::kLanes);
   for (int64_t j0 = 0; j0 < ld; j0 += kFlush) {
     VecF a0 = simd::Zero(), a1 = simd::Zero(), a2 = simd::Zero();
     VecF dist = simd::Set1(static_cast<float>(dist0 - j0)) - kIota;  // exact integers
@@ -226,7 +228,7 @@ RowSums SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0) {
 }
 
 // Per-row normalisation in the exp2 domain (softmax variants): Z = S0 + 2^d2 = 2^lz2 relative to
-// the row max, d2 = extra logit * log2(e) - m2 (-inf for kStandard).
+// the row max, d2 = extra logit * log2(e) - row max (-inf for kStandard).
 double Log2Normaliser(double s0, double d2) {
   if (std::isinf(d2) && d2 < 0) return std::log2(s0);
   if (d2 <= 0) return std::log2(s0 + std::exp2(d2));
@@ -257,8 +259,8 @@ inline VecD LoadD(const double* p) {
   return v;
 }
 
-// ln x for normal x > 0, relative error ~1e-16: x = 2^e m with m in [sqrt(1/2), sqrt(2)),
-// ln m = 2 atanh(z) = 2 (z + z^3/3 + ... + z^21/21), z = (m - 1) / (m + 1), |z| < 0.172 (the
+// ln x for normal x > 0, relative error ~1e-16: x = 2^e mant with mant in [sqrt(1/2), sqrt(2)),
+// ln mant = 2 atanh(z) = 2 (z + ... + z^21/21), z = (mant - 1) / (mant + 1), |z| < 0.172 (the
 // series' next term is below 2^-53). A subnormal x gives a wrong but finite value; callers only
 // weight it by x itself.
 inline VecD LogD(VecD x) {
@@ -266,12 +268,12 @@ inline VecD LogD(VecD x) {
   std::memcpy(&bits, &x, sizeof(bits));
   VecL e = ((bits >> 52) & 0x7ff) - 1023;
   const VecL mbits = (bits & 0x000fffffffffffffLL) | 0x3ff0000000000000LL;
-  VecD m;
-  std::memcpy(&m, &mbits, sizeof(m));
-  const VecL big = m > 1.41421356237309504880;  // -1 where true
-  m = big ? m * 0.5 : m;
+  VecD mant;
+  std::memcpy(&mant, &mbits, sizeof(mant));
+  const VecL big = mant > 1.41421356237309504880;  // -1 where true
+  mant = big ? mant * 0.5 : mant;
   e -= big;
-  const VecD z = (m - 1.0) / (m + 1.0), z2 = z * z;
+  const VecD z = (mant - 1.0) / (mant + 1.0), z2 = z * z;
   VecD p = z2 * (1.0 / 21) + 1.0 / 19;
   for (double c :
        {1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0}) {
@@ -297,6 +299,267 @@ double JsDistance(const double* q1, const double* l1, const double* q2, const do
   double sum = 0;  // 2 * JSD
   for (int l = 0; l < kLanesD; ++l) sum += acc[l];
   return std::sqrt(std::max(0.0, 0.5 * sum) / kLn2);
+}
+
+// ---- AddRows, step by step. Phase A (per-head statistics) runs (row block, query head) tasks,
+// each filling one flat partial record; phase B (Jensen-Shannon distances) runs the sampled
+// rows, one task per row for every head.
+
+// Where each statistic sits in one (row block, head) partial record: the fixed Slots, then
+// per-key and per-diagonal sums.
+struct PartialLayout {
+  int64_t first_k, diagonals;
+  int64_t Size() const { return kFixedSlots + 3 * first_k + diagonals; }
+  int64_t Col() const { return kFixedSlots; }                 // [first_k] sum P[i, j] (alpha)
+  int64_t Mass() const { return kFixedSlots + first_k; }      // [first_k] sum_{j<k} P[i, j]
+  int64_t Diag() const { return kFixedSlots + 2 * first_k; }  // [diagonals] P[i, pos - offset]
+  int64_t ColUniform() const { return kFixedSlots + 2 * first_k + diagonals; }  // [first_k] 1/n_i
+};
+
+PartialLayout LayoutOf(const AttentionStatsOptions& o) {
+  return PartialLayout{o.first_k, static_cast<int64_t>(o.diagonals.size())};
+}
+
+Call MakeCall(const AttentionParams& params, const float* q, int64_t q_row_stride, int64_t len_q,
+              const AttentionTensor& k_all, int64_t len_k, int64_t heads_q, int64_t heads_kv,
+              int64_t head_dim, ThreadPool* pool) {
+  Call c;
+  c.params = &params;
+  c.q = q;
+  c.q_stride = q_row_stride;
+  c.k = k_all;
+  c.len_q = len_q, c.len_k = len_k, c.heads_q = heads_q, c.heads_kv = heads_kv;
+  c.head_dim = head_dim;
+  c.off = len_k - len_q;
+  c.scale2_d = static_cast<double>(internal::DefaultScaleOf(params, head_dim)) * kLog2e;
+  c.scale2 = static_cast<float>(c.scale2_d);
+  c.bias2 = static_cast<double>(params.sigmoid_bias) * kLog2e;
+  c.kind = params.softmax;
+  c.pool = pool;
+  return c;
+}
+
+// Per-thread buffers of both phases.
+struct ThreadScratch {
+  std::vector<float> scores;      // phase A: B_r rows of ld scores; phase B: one row
+  std::vector<int64_t> visible;   // phase A: [B_r] visible keys per row (n_i)
+  std::vector<double> probs, logs;  // phase B: [heads_q][padded keys] renormalised rows, logs
+};
+
+// One row's masked scores (exp2 domain) over keys [c0, c1), padded with -inf up to ld.
+struct ScoreRow {
+  const float* scores;
+  int64_t c0, c1, ld;
+};
+
+// How a live row is normalised: P[i, j] = 2^(x_j - row_max2 - log2_norm) for the softmax
+// variants (x_j = scale log2(e) q_i . k_j), sigmoid(x_j ln 2 + bias) for kSigmoid; real_mass is
+// the header's M_i = sum_j P[i, j].
+struct RowNorm {
+  double row_max2 = 0, log2_norm = 0, real_mass = 0;
+};
+
+// A softmax-variant row: its normaliser, plus its distance, entropy and sink-mass terms added to
+// the fixed slots of `partial`. extra2 = the extra logit times log2(e) (-inf for kStandard).
+RowNorm AddSoftmaxRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& row,
+                           int64_t n_visible, double extra2, double* partial) {
+  const int64_t pos = i + c.off;
+  RowNorm norm;
+  int64_t arg_max;
+  norm.row_max2 = RowArgMax(row.scores, row.ld, &arg_max);
+  RowSums s = SoftmaxRowSums(row.scores, row.ld, static_cast<float>(norm.row_max2), pos - row.c0);
+  // The largest term of the sums (e = 1 at the row max) with its logit in double: rows dominated
+  // by a few keys (sinks, one-hot heads) then get their normaliser to double accuracy, not to
+  // u * |logit|; spread rows average the fp32 errors anyway.
+  const double max_err2 = Logit2(c, h, i, row.c0 + arg_max) - norm.row_max2;
+  const double max_term = std::exp2(max_err2);
+  s.s0 += max_term - 1.0;
+  s.s1 += max_term * max_err2;
+  s.s2 += (max_term - 1.0) * static_cast<double>(pos - row.c0 - arg_max);
+  const double extra_rel2 = extra2 - norm.row_max2;
+  norm.log2_norm = Log2Normaliser(s.s0, extra_rel2);
+  norm.real_mass = std::exp2(std::log2(s.s0) - norm.log2_norm);
+  partial[kDistance] += norm.real_mass * s.s2 / s.s0;
+  if (n_visible >= 2) {
+    partial[kEntropy] += norm.real_mass * kLn2 * (norm.log2_norm - s.s1 / s.s0) /
+                         std::log(static_cast<double>(n_visible));
+    partial[kEntropyRows] += 1;
+  }
+  if (HasSink(c.kind)) partial[kSink] += std::exp2(extra_rel2 - norm.log2_norm);
+  return norm;
+}
+
+// A sigmoid row: its real mass (the weights are not normalised), its distance term added.
+RowNorm AddSigmoidRowTerms(const Call& c, int64_t i, const ScoreRow& row, double* partial) {
+  const RowSums s =
+      SigmoidRowSums(row.scores, row.ld, static_cast<float>(c.bias2), i + c.off - row.c0);
+  partial[kDistance] += s.s2;
+  RowNorm norm;
+  norm.real_mass = s.s0;
+  return norm;
+}
+
+// P[i, j] of one key, its logit recomputed in double (a single fp32 logit would carry the full
+// u * |logit| error that the row sums average away or, at the max, correct); 0 if invisible.
+double KeyProb(const Call& c, int64_t h, int64_t i, int64_t j, const ScoreRow& row,
+               const RowNorm& norm) {
+  if (j < row.c0 || j >= row.c1 || row.scores[j - row.c0] == kNegInf) return 0.0;
+  const double x = Logit2(c, h, i, j);
+  if (c.kind == SoftmaxKind::kSigmoid) return 1.0 / (1.0 + std::exp2(-(x + c.bias2)));
+  return std::exp2(x - norm.row_max2 - norm.log2_norm);
+}
+
+// A live row's single-key statistics: alpha's column sums, first_mass, the diagonals and, on the
+// call's final row, last_key0.
+void AddKeyProbTerms(const Call& c, const AttentionStatsOptions& opt, int64_t h, int64_t i,
+                     const ScoreRow& row, const RowNorm& norm, double* partial) {
+  const PartialLayout lay = LayoutOf(opt);
+  const int64_t pos = i + c.off;
+  double* col = partial + lay.Col();
+  double* mass = partial + lay.Mass();
+  double* diag = partial + lay.Diag();
+  double cum = 0;
+  for (int64_t j = 0; j < lay.first_k; ++j) {
+    const double p = KeyProb(c, h, i, j, row, norm);
+    cum += p;
+    mass[j] += cum;
+    if (pos >= j) col[j] += p;
+  }
+  for (int64_t d = 0; d < lay.diagonals; ++d) {
+    const AttentionDiagonal& g = opt.diagonals[d];
+    if (pos < g.pos_begin || (g.pos_end >= 0 && pos >= g.pos_end)) continue;
+    diag[d] += KeyProb(c, h, i, pos - g.offset, row, norm);
+  }
+  if (i == c.len_q - 1) partial[kLastKey0] = KeyProb(c, h, i, 0, row, norm);
+}
+
+// Adds row i of query head h (n_visible keys) to its block's partial record.
+void AddRowToPartial(const Call& c, const AttentionStatsOptions& opt, int64_t h, int64_t i,
+                     const ScoreRow& row, int64_t n_visible, double extra2, double* partial) {
+  const PartialLayout lay = LayoutOf(opt);
+  const int64_t pos = i + c.off;
+  if (i == c.len_q - 1) partial[kLastVisible] = static_cast<double>(n_visible);
+  if (n_visible == 0) return;  // dead row: adds 0 to the column and diagonal sums
+  // The uniform baseline of alpha: 1/n_i on each visible key among the first K.
+  double* col_uniform = partial + lay.ColUniform();
+  for (int64_t j = 0; j < lay.first_k; ++j) {
+    if (pos >= j && j >= row.c0 && j < row.c1 && row.scores[j - row.c0] != kNegInf) {
+      col_uniform[j] += 1.0 / n_visible;
+    }
+  }
+  const RowNorm norm = c.kind == SoftmaxKind::kSigmoid
+                           ? AddSigmoidRowTerms(c, i, row, partial)
+                           : AddSoftmaxRowTerms(c, h, i, row, n_visible, extra2, partial);
+  partial[kLiveRows] += 1;
+  AddKeyProbTerms(c, opt, h, i, row, norm, partial);
+}
+
+// Phase A's task: rows [blk B_r, (blk + 1) B_r) of query head h, scored in one GEMM, each row
+// added to `partial` (one zeroed record).
+void BlockHeadPartial(const Call& c, const AttentionStatsOptions& opt, int64_t blk, int64_t h,
+                      ThreadScratch& w, double* partial) {
+  const int64_t block_rows = opt.block_rows;
+  const int64_t i0 = blk * block_rows, i1 = std::min(c.len_q, i0 + block_rows);
+  int64_t c0, c1;
+  BlockColumns(c.params->mask, c.len_q, c.len_k, i0, i1, &c0, &c1);
+  const int64_t ld = RoundUp16(std::max<int64_t>(1, c1 - c0));
+  const int64_t ld_max = RoundUp16(c.len_k);
+  if (static_cast<int64_t>(w.scores.size()) < block_rows * ld_max) {
+    w.scores.resize(block_rows * ld_max);
+  }
+  if (static_cast<int64_t>(w.visible.size()) < block_rows) w.visible.resize(block_rows);
+  MaskedScores(c, h, i0, i1, c0, c1, w.scores.data(), ld, w.visible.data());
+  const double extra2 = c.kind == SoftmaxKind::kSoftmax1    ? 0.0
+                        : c.kind == SoftmaxKind::kSinkLogit ? c.params->sink_logits[h] * kLog2e
+                                                            : -INFINITY;
+  for (int64_t r = 0; r < i1 - i0; ++r) {
+    const ScoreRow row{w.scores.data() + r * ld, c0, c1, ld};
+    AddRowToPartial(c, opt, h, i0 + r, row, w.visible[r], extra2, partial);
+  }
+}
+
+// Phase A: the partial records of every (row block, head) task, [blocks][heads_q][layout size].
+std::vector<double> HeadPartials(const Call& c, const AttentionStatsOptions& opt,
+                                 std::vector<ThreadScratch>& scratch) {
+  const int64_t record = LayoutOf(opt).Size();
+  const int64_t nblocks = (c.len_q + opt.block_rows - 1) / opt.block_rows;
+  std::vector<double> partial(nblocks * c.heads_q * record, 0.0);
+  c.pool->ParallelFor(nblocks * c.heads_q, [&](int64_t task, int thread) {
+    BlockHeadPartial(c, opt, task / c.heads_q, task % c.heads_q, scratch[thread],
+                     &partial[task * record]);
+  });
+  return partial;
+}
+
+// Row i of query head h renormalised over the real keys (the header's Q = P[i, :] / M_i) into
+// probs[0, c1 - c0), natural logs into logs (both arrays zero-filled by the caller: masked keys
+// and the padding keep 0, no weight and a finite log). False if the head has no distribution on
+// this row (n_i = 0 or M_i = 0). scores: ld floats of scratch.
+bool RenormalisedRow(const Call& c, int64_t h, int64_t i, int64_t c0, int64_t c1, float* scores,
+                     int64_t ld, double* probs, double* logs) {
+  const int64_t nc = std::max<int64_t>(0, c1 - c0);
+  int64_t n_visible;
+  MaskedScores(c, h, i, i + 1, c0, c1, scores, ld, &n_visible);
+  if (n_visible == 0) return false;
+  double sum = 0;
+  if (c.kind == SoftmaxKind::kSigmoid) {
+    for (int64_t j = 0; j < nc; ++j) {
+      probs[j] = scores[j] == kNegInf
+                     ? 0.0
+                     : 1.0 / (1.0 + std::exp2(-(static_cast<double>(scores[j]) + c.bias2)));
+      sum += probs[j];
+    }
+    if (!(sum > 0)) return false;
+    for (int64_t j = 0; j < nc; ++j) {
+      probs[j] /= sum;
+      logs[j] = probs[j] > 0 ? std::log(probs[j]) : 0.0;
+    }
+    return true;
+  }
+  const double row_max2 = RowMax(scores, ld);
+  for (int64_t j = 0; j < nc; ++j) {
+    if (scores[j] == kNegInf) continue;  // masked key: keeps its zero fill (no weight)
+    const double rel2 = static_cast<double>(scores[j]) - row_max2;
+    probs[j] = std::exp2(rel2);
+    logs[j] = rel2 * kLn2;
+    sum += probs[j];
+  }
+  const double log_sum = std::log(sum);
+  for (int64_t j = 0; j < nc; ++j) {
+    if (scores[j] == kNegInf) continue;
+    probs[j] /= sum;
+    logs[j] -= log_sum;
+  }
+  return true;
+}
+
+// Phase B's task: the [heads_q^2] Jensen-Shannon distances between the heads on local row i
+// (NaN for pairs where either head has no distribution).
+std::vector<double> JsdRowValues(const Call& c, int64_t i, ThreadScratch& w) {
+  const int64_t heads = c.heads_q;
+  int64_t c0, c1;
+  BlockColumns(c.params->mask, c.len_q, c.len_k, i, i + 1, &c0, &c1);
+  const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = RoundUp16(std::max<int64_t>(1, nc));
+  if (static_cast<int64_t>(w.scores.size()) < ld) w.scores.resize(ld);
+  const int64_t padded = (std::max<int64_t>(1, nc) + kLanesD - 1) / kLanesD * kLanesD;
+  w.probs.assign(heads * padded, 0.0);
+  w.logs.assign(heads * padded, 0.0);
+  std::vector<char> usable(heads, 0);
+  for (int64_t h = 0; h < heads; ++h) {
+    usable[h] = RenormalisedRow(c, h, i, c0, c1, w.scores.data(), ld, &w.probs[h * padded],
+                                &w.logs[h * padded]);
+  }
+  std::vector<double> values(heads * heads, kNaN);
+  for (int64_t h1 = 0; h1 < heads; ++h1) {
+    if (usable[h1]) values[h1 * heads + h1] = 0.0;
+    for (int64_t h2 = h1 + 1; h2 < heads; ++h2) {
+      if (!usable[h1] || !usable[h2]) continue;
+      const double d = JsDistance(&w.probs[h1 * padded], &w.logs[h1 * padded],
+                                  &w.probs[h2 * padded], &w.logs[h2 * padded], padded);
+      values[h1 * heads + h2] = values[h2 * heads + h1] = d;
+    }
+  }
+  return values;
 }
 
 }  // namespace
@@ -337,10 +600,10 @@ Result<AttentionStatsAccumulator> AttentionStatsAccumulator::Create(
   return AttentionStatsAccumulator(options, heads_q, heads_kv, head_dim);
 }
 
-Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const float* q,
-                                          int64_t q_row_stride, int64_t len_q,
-                                          const AttentionTensor& k_all, int64_t len_k) {
-  // ---- Validation (once, at the boundary).
+Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params, const float* q,
+                                                  int64_t q_row_stride, int64_t len_q,
+                                                  const AttentionTensor& k_all,
+                                                  int64_t len_k) const {
   const int64_t Hq = heads_q_, hd = head_dim_;
   if (q == nullptr) return Status::InvalidArgument("attention stats: q is a null pointer");
   if (len_q < 1 || len_k < len_q) {
@@ -368,118 +631,51 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
         "attention stats: every AddRows call must use the same softmax variant as the first; "
         "use one accumulator per layer");
   }
+  return Status::Ok();
+}
+
+Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const float* q,
+                                          int64_t q_row_stride, int64_t len_q,
+                                          const AttentionTensor& k_all, int64_t len_k) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k));
   kind_ = params.softmax;
+  ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
+  const Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_,
+                          head_dim_, &pool);
+  std::vector<ThreadScratch> scratch(pool.num_threads());
 
-  ThreadPool& tp = params.pool ? *params.pool : DefaultThreadPool();
-  Call c;
-  c.params = &params;
-  c.q = q;
-  c.q_stride = q_row_stride;
-  c.k = k_all;
-  c.len_q = len_q, c.len_k = len_k, c.heads_q = Hq, c.heads_kv = heads_kv_, c.head_dim = hd;
-  c.off = len_k - len_q;
-  c.scale2_d = static_cast<double>(internal::DefaultScaleOf(params, hd)) * kLog2e;
-  c.scale2 = static_cast<float>(c.scale2_d);
-  c.bias2 = static_cast<double>(params.sigmoid_bias) * kLog2e;
-  c.kind = params.softmax;
-  c.pool = &tp;
-  const bool sigmoid = c.kind == SoftmaxKind::kSigmoid;
-  const int64_t K = options_.first_k, D = static_cast<int64_t>(options_.diagonals.size());
-  const int64_t slots = kFixedSlots + 3 * K + D;
+  // Phase A: per-head statistics.
+  FoldHeadPartials(HeadPartials(c, options_, scratch), len_q, c.off);
 
-  // ---- Phase A: per-head statistics, tasks = (row block, head), partial sums per task.
-  const int64_t Br = options_.block_rows;
-  const int64_t nblocks = (len_q + Br - 1) / Br;
-  const int64_t ld_max = RoundUp16(len_k);
-  const int nthreads = tp.num_threads();
-  std::vector<std::vector<float>> scratch(nthreads);
-  std::vector<std::vector<int64_t>> counts(nthreads);
-  std::vector<double> partial(nblocks * Hq * slots, 0.0);
-  tp.ParallelFor(nblocks * Hq, [&](int64_t task, int thread) {
-    const int64_t blk = task / Hq, h = task % Hq;
-    const int64_t i0 = blk * Br, i1 = std::min(len_q, i0 + Br);
-    int64_t c0, c1;
-    BlockColumns(params.mask, len_q, len_k, i0, i1, &c0, &c1);
-    const int64_t ld = RoundUp16(std::max<int64_t>(1, c1 - c0));
-    std::vector<float>& t = scratch[thread];
-    std::vector<int64_t>& n = counts[thread];
-    if (static_cast<int64_t>(t.size()) < Br * ld_max) t.resize(Br * ld_max);
-    if (static_cast<int64_t>(n.size()) < Br) n.resize(Br);
-    MaskedScores(c, h, i0, i1, c0, c1, t.data(), ld, n.data());
-    double* out = &partial[task * slots];
-    double* col = out + kFixedSlots;
-    double* mass = col + K;
-    double* diag = mass + K;
-    double* col_uniform = diag + D;
-    const double extra2 = c.kind == SoftmaxKind::kSoftmax1    ? 0.0
-                          : c.kind == SoftmaxKind::kSinkLogit ? params.sink_logits[h] * kLog2e
-                                                              : -INFINITY;
-    for (int64_t r = 0; r < i1 - i0; ++r) {
-      const int64_t i = i0 + r, pos = i + c.off;
-      const float* tr = t.data() + r * ld;
-      const int64_t nv = n[r];
-      if (i == len_q - 1) out[kLastVisible] = static_cast<double>(nv);
-      if (nv == 0) continue;  // dead row: adds 0 to the column and diagonal sums
-      // The uniform baseline of alpha: 1/n_i on each visible key among the first K.
-      for (int64_t j = 0; j < K; ++j) {
-        if (pos >= j && j >= c0 && j < c1 && tr[j - c0] != kNegInf) col_uniform[j] += 1.0 / nv;
-      }
-      // P[i, j] for key j from its score (double).
-      double m2 = 0, lz2 = 0, M = 0;
-      RowSums s;
-      if (sigmoid) {
-        s = SigmoidRowSums(tr, ld, static_cast<float>(c.bias2), pos - c0);
-        M = s.s0;
-        out[kDistance] += s.s2;
-      } else {
-        int64_t jm;
-        m2 = RowArgMax(tr, ld, &jm);
-        s = SoftmaxRowSums(tr, ld, static_cast<float>(m2), pos - c0);
-        // The largest term of the sums (e = 1 at the row max) with its logit in double: rows
-        // dominated by a few keys (sinks, one-hot heads) then get their normaliser to double
-        // accuracy, not to u * |logit|; spread rows average the fp32 errors anyway.
-        const double dm = Logit2(c, h, i, c0 + jm) - m2, em = std::exp2(dm);
-        s.s0 += em - 1.0;
-        s.s1 += em * dm;
-        s.s2 += (em - 1.0) * static_cast<double>(pos - c0 - jm);
-        const double d2 = extra2 - m2;
-        lz2 = Log2Normaliser(s.s0, d2);
-        M = std::exp2(std::log2(s.s0) - lz2);
-        out[kDistance] += M * s.s2 / s.s0;
-        if (nv >= 2) {
-          out[kEntropy] += M * kLn2 * (lz2 - s.s1 / s.s0) / std::log(static_cast<double>(nv));
-          out[kEntropyRows] += 1;
-        }
-        if (HasSink(c.kind)) out[kSink] += std::exp2(d2 - lz2);
-      }
-      out[kLiveRows] += 1;
-      // P[i, j] of one key, its logit recomputed in double (a single fp32 logit would carry
-      // the full u * |logit| error that the row sums average away or, at the max, correct).
-      auto prob = [&](int64_t j) -> double {
-        if (j < c0 || j >= c1 || tr[j - c0] == kNegInf) return 0.0;
-        const double x = Logit2(c, h, i, j);
-        if (sigmoid) return 1.0 / (1.0 + std::exp2(-(x + c.bias2)));
-        return std::exp2(x - m2 - lz2);
-      };
-      double cum = 0;
-      for (int64_t j = 0; j < K; ++j) {
-        const double p = prob(j);
-        cum += p;
-        mass[j] += cum;
-        if (pos >= j) col[j] += p;
-      }
-      for (int64_t d = 0; d < D; ++d) {
-        const AttentionDiagonal& g = options_.diagonals[d];
-        if (pos < g.pos_begin || (g.pos_end >= 0 && pos >= g.pos_end)) continue;
-        diag[d] += prob(pos - g.offset);
-      }
-      if (i == len_q - 1) out[kLastKey0] = prob(0);
-    }
-  });
+  // Phase B: Jensen-Shannon distances on the sampled rows, in batches, so that jsd_rows = 0
+  // keeps O(batch * heads_q^2) values, folded in row order.
+  const int64_t stride = ThinJsdSample(rows_ + len_q);
+  std::vector<int64_t> picked;  // local rows in the sample
+  for (int64_t i = 0; i < len_q; ++i) {
+    if ((rows_ + i) % stride == stride - 1) picked.push_back(i);
+  }
+  constexpr int64_t kJsdBatch = 256;
+  for (int64_t b0 = 0; b0 < static_cast<int64_t>(picked.size()); b0 += kJsdBatch) {
+    const int64_t nb = std::min<int64_t>(kJsdBatch, static_cast<int64_t>(picked.size()) - b0);
+    std::vector<std::vector<double>> values(nb);
+    pool.ParallelFor(nb, [&](int64_t task, int thread) {
+      values[task] = JsdRowValues(c, picked[b0 + task], scratch[thread]);
+    });
+    FoldJsdValues(std::span<const int64_t>(picked).subspan(b0, nb), values);
+  }
+  rows_ += len_q;
+  return Status::Ok();
+}
+
+void AttentionStatsAccumulator::FoldHeadPartials(const std::vector<double>& partial,
+                                                 int64_t len_q, int64_t key_offset) {
+  const PartialLayout lay = LayoutOf(options_);
+  const int64_t K = lay.first_k, D = lay.diagonals, record = lay.Size();
+  const int64_t nblocks = static_cast<int64_t>(partial.size()) / (heads_q_ * record);
   // Fixed reduction order: blocks ascending.
   for (int64_t blk = 0; blk < nblocks; ++blk) {
-    for (int64_t h = 0; h < Hq; ++h) {
-      const double* p = &partial[(blk * Hq + h) * slots];
+    for (int64_t h = 0; h < heads_q_; ++h) {
+      const double* p = &partial[(blk * heads_q_ + h) * record];
       HeadSums& hs = heads_[h];
       hs.entropy += p[kEntropy];
       hs.entropy_rows += static_cast<int64_t>(p[kEntropyRows]);
@@ -487,11 +683,11 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
       hs.distance += p[kDistance];
       hs.live_rows += static_cast<int64_t>(p[kLiveRows]);
       for (int64_t j = 0; j < K; ++j) {
-        hs.col[j] += p[kFixedSlots + j];
-        hs.mass[j] += p[kFixedSlots + K + j];
+        hs.col[j] += p[lay.Col() + j];
+        hs.mass[j] += p[lay.Mass() + j];
       }
-      for (int64_t d = 0; d < D; ++d) hs.diag[d] += p[kFixedSlots + 2 * K + d];
-      for (int64_t j = 0; j < K; ++j) hs.col_uniform[j] += p[kFixedSlots + 2 * K + D + j];
+      for (int64_t d = 0; d < D; ++d) hs.diag[d] += p[lay.Diag() + d];
+      for (int64_t j = 0; j < K; ++j) hs.col_uniform[j] += p[lay.ColUniform() + j];
       // The call's final row replaces the kept one unless it sees fewer keys (the header's rule:
       // a short last window of a text does not stand for the text).
       if (blk == nblocks - 1 && static_cast<int64_t>(p[kLastVisible]) >= hs.last_visible) {
@@ -500,119 +696,49 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
       }
     }
   }
-  for (int64_t j = 0; j < K; ++j) alpha_rows_[j] += RowsWithPosIn(len_q, c.off, j, -1);
+  for (int64_t j = 0; j < K; ++j) alpha_rows_[j] += RowsWithPosIn(len_q, key_offset, j, -1);
   for (int64_t d = 0; d < D; ++d) {
     const AttentionDiagonal& g = options_.diagonals[d];
-    diagonal_rows_[d] += RowsWithPosIn(len_q, c.off, g.pos_begin, g.pos_end);
+    diagonal_rows_[d] += RowsWithPosIn(len_q, key_offset, g.pos_begin, g.pos_end);
   }
+}
 
-  // ---- Phase B: Jensen-Shannon distances on the sampled rows, one task per row (all heads).
-  const int64_t R_new = rows_ + len_q, m = options_.jsd_rows;
+int64_t AttentionStatsAccumulator::ThinJsdSample(int64_t rows_after) {
+  const int64_t budget = options_.jsd_rows;  // 0: every row
   int64_t stride = 1;
-  if (m > 0) {
-    while (R_new / stride > m) stride *= 2;
-    size_t keep = 0;
-    for (size_t s = 0; s < sample_rows_.size(); ++s) {
-      if (sample_rows_[s] % stride != stride - 1) continue;
-      if (keep != s) {  // (a self-move would empty the vector)
-        sample_rows_[keep] = sample_rows_[s];
-        sample_values_[keep] = std::move(sample_values_[s]);
-      }
-      ++keep;
+  if (budget == 0) return stride;
+  while (rows_after / stride > budget) stride *= 2;
+  size_t keep = 0;
+  for (size_t s = 0; s < sample_rows_.size(); ++s) {
+    if (sample_rows_[s] % stride != stride - 1) continue;
+    if (keep != s) {  // (a self-move would empty the vector)
+      sample_rows_[keep] = sample_rows_[s];
+      sample_values_[keep] = std::move(sample_values_[s]);
     }
-    sample_rows_.resize(keep);
-    sample_values_.resize(keep);
+    ++keep;
   }
-  std::vector<int64_t> picked;  // local rows
-  for (int64_t i = 0; i < len_q; ++i) {
-    if ((rows_ + i) % stride == stride - 1) picked.push_back(i);
-  }
-  // In batches, so that jsd_rows = 0 keeps O(batch * heads_q^2) values, reduced in row order.
-  constexpr int64_t kJsdBatch = 256;
-  std::vector<std::vector<double>> qbuf(nthreads), lbuf(nthreads);
-  std::vector<std::vector<double>> values;
-  for (int64_t b0 = 0; b0 < static_cast<int64_t>(picked.size()); b0 += kJsdBatch) {
-    const int64_t nb = std::min<int64_t>(kJsdBatch, static_cast<int64_t>(picked.size()) - b0);
-    values.assign(nb, {});
-    tp.ParallelFor(nb, [&](int64_t task, int thread) {
-      const int64_t i = picked[b0 + task];
-      int64_t c0, c1;
-      BlockColumns(params.mask, len_q, len_k, i, i + 1, &c0, &c1);
-      const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = RoundUp16(std::max<int64_t>(1, nc));
-      std::vector<float>& t = scratch[thread];
-      std::vector<double>& qb = qbuf[thread];
-      std::vector<double>& lb = lbuf[thread];
-      if (static_cast<int64_t>(t.size()) < ld) t.resize(ld);
-      const int64_t ncp = (std::max<int64_t>(1, nc) + kLanesD - 1) / kLanesD * kLanesD;
-      qb.assign(Hq * ncp, 0.0);  // zero padding: no weight, finite log
-      lb.assign(Hq * ncp, 0.0);
-      std::vector<char> usable(Hq, 0);
-      for (int64_t h = 0; h < Hq; ++h) {
-        int64_t nv;
-        MaskedScores(c, h, i, i + 1, c0, c1, t.data(), ld, &nv);
-        if (nv == 0) continue;
-        double* qh = &qb[h * ncp];
-        double* lh = &lb[h * ncp];
-        double sum = 0;
-        if (sigmoid) {
-          for (int64_t j = 0; j < nc; ++j) {
-            qh[j] = t[j] == kNegInf
-                        ? 0.0
-                        : 1.0 / (1.0 + std::exp2(-(static_cast<double>(t[j]) + c.bias2)));
-            sum += qh[j];
-          }
-          if (!(sum > 0)) continue;
-          for (int64_t j = 0; j < nc; ++j) {
-            qh[j] /= sum;
-            lh[j] = qh[j] > 0 ? std::log(qh[j]) : 0.0;
-          }
-        } else {
-          const double m2 = RowMax(t.data(), ld);
-          for (int64_t j = 0; j < nc; ++j) {
-            if (t[j] == kNegInf) continue;  // masked key: q and log q keep their zero fill (no weight)
-            const double u = static_cast<double>(t[j]) - m2;
-            qh[j] = std::exp2(u);
-            lh[j] = u * kLn2;
-            sum += qh[j];
-          }
-          const double ls = std::log(sum);
-          for (int64_t j = 0; j < nc; ++j) {
-            if (t[j] == kNegInf) continue;
-            qh[j] /= sum;
-            lh[j] -= ls;
-          }
-        }
-        usable[h] = 1;
-      }
-      std::vector<double>& v = values[task];
-      v.assign(Hq * Hq, kNaN);
-      for (int64_t h1 = 0; h1 < Hq; ++h1) {
-        if (usable[h1]) v[h1 * Hq + h1] = 0.0;
-        for (int64_t h2 = h1 + 1; h2 < Hq; ++h2) {
-          if (!usable[h1] || !usable[h2]) continue;
-          const double d =
-              JsDistance(&qb[h1 * ncp], &lb[h1 * ncp], &qb[h2 * ncp], &lb[h2 * ncp], ncp);
-          v[h1 * Hq + h2] = v[h2 * Hq + h1] = d;
-        }
-      }
-    });
-    if (m == 0) {
-      for (const auto& v : values) {
-        for (int64_t e = 0; e < Hq * Hq; ++e) {
-          if (std::isnan(v[e])) continue;
-          jsd_sum_[e] += v[e];
-          ++jsd_count_[e];
-        }
-      }
-    } else {
-      for (int64_t t = 0; t < nb; ++t) {
-        sample_rows_.push_back(rows_ + picked[b0 + t]);
-        sample_values_.push_back(std::move(values[t]));
+  sample_rows_.resize(keep);
+  sample_values_.resize(keep);
+  return stride;
+}
+
+void AttentionStatsAccumulator::FoldJsdValues(std::span<const int64_t> local_rows,
+                                              std::vector<std::vector<double>>& values) {
+  const int64_t pairs = heads_q_ * heads_q_;
+  if (options_.jsd_rows == 0) {
+    for (const auto& v : values) {
+      for (int64_t e = 0; e < pairs; ++e) {
+        if (std::isnan(v[e])) continue;
+        jsd_sum_[e] += v[e];
+        ++jsd_count_[e];
       }
     }
+    return;
   }
-  rows_ = R_new;
-  return Status::Ok();
+  for (size_t t = 0; t < values.size(); ++t) {
+    sample_rows_.push_back(rows_ + local_rows[t]);
+    sample_values_.push_back(std::move(values[t]));
+  }
 }
 
 AttentionLayerStats AttentionStatsAccumulator::Finish() const {

@@ -184,6 +184,16 @@ class AttentionStatsAccumulator {
  private:
   AttentionStatsAccumulator(const AttentionStatsOptions& options, int64_t heads_q, int64_t heads_kv,
                             int64_t head_dim);
+  // AddRows' steps (the rest are free functions in the .cc): the boundary checks; phase A's
+  // fold of the per-(row block, head) partial records into heads_ in block order; phase B's
+  // thinning of the kept sample to the stride for rows_after rows (returned; 1 when jsd_rows
+  // is 0) and its fold of one batch of sampled rows' [heads_q^2] values, in row order.
+  Status ValidateAddRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
+                         int64_t len_q, const AttentionTensor& k_all, int64_t len_k) const;
+  void FoldHeadPartials(const std::vector<double>& partial, int64_t len_q, int64_t key_offset);
+  int64_t ThinJsdSample(int64_t rows_after);
+  void FoldJsdValues(std::span<const int64_t> local_rows, std::vector<std::vector<double>>& values);
+
   AttentionStatsOptions options_;
   int64_t heads_q_, heads_kv_, head_dim_;
   int64_t rows_ = 0;

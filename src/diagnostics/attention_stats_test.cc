@@ -103,8 +103,10 @@ bool Close(double got, double want, double rtol, double atol) {
 }
 
 // Every field of two results; returns the largest relative error seen (for the log).
+// distance_atol: an absolute allowance for the distances, whose signed terms can cancel (rows
+// that see later keys) so that only a tolerance relative to their term-wise magnitude holds.
 double ExpectStatsNear(const AttentionLayerStats& got, const AttentionLayerStats& want, double rtol,
-                       const std::string& what) {
+                       const std::string& what, double distance_atol = 1e-12) {
   double worst = 0;
   auto check = [&](double g, double w, const std::string& name, double atol = 1e-12) {
     if (!std::isnan(w) && w != 0) worst = std::max(worst, std::abs(g - w) / std::abs(w));
@@ -123,7 +125,7 @@ double ExpectStatsNear(const AttentionLayerStats& got, const AttentionLayerStats
     EXPECT_EQ(g.last_visible, w.last_visible) << what << hs;
     check(g.entropy, w.entropy, hs + "entropy");
     check(g.sink_mass, w.sink_mass, hs + "sink_mass");
-    check(g.distance, w.distance, hs + "distance");
+    check(g.distance, w.distance, hs + "distance", distance_atol);
     check(g.last_key0, w.last_key0, hs + "last_key0");
     for (size_t j = 0; j < w.alpha.size(); ++j) {
       check(g.alpha[j], w.alpha[j], hs + "alpha_" + std::to_string(j + 1));
@@ -294,6 +296,54 @@ TEST(AttentionStats, StreamingMatchesReferenceNonCausalAndExplicit) {
           EXPECT_EQ(want.heads[0].last_visible, 0);
           EXPECT_LT(want.heads[0].live_rows, len_q);
         }
+      }
+    }
+  }
+}
+
+// Global rows (Longformer) with a bidirectional window: a global row sees every key, the next
+// (local) row only keys up to p + window_right, so the visible-key bound DROPS at the boundary
+// (attention_mask.h). A row block that straddles it must still score every key its global rows
+// see; blocks of 4, 7 and 64 rows put the boundary inside a block, on a block edge, and with
+// the block's last row far from the end. One call, and a call with len_q < len_k whose first
+// rows are global (p(i) = i + 2 < n_global).
+TEST(AttentionStats, GlobalRowsWithBidirectionalWindow) {
+  std::mt19937_64 rng(17);
+  for (SoftmaxKind kind : kKinds) {
+    for (int64_t block_rows : {4, 7, 64}) {
+      for (int64_t len_q : {120, 118}) {
+        Sequence s;
+        s.Init(120, 4, 2, 16);
+        s.Randomise(rng);
+        const MaskCase mc{"window (3, 2)", false, 3, 2, 0, false};
+        AttentionParams p = MakeParams(mc, kind, s, rng);
+        p.mask.n_global = 5;
+        AttentionStatsOptions o;
+        o.diagonals = {{1, 0, -1}, {-2, 0, -1}};
+        o.block_rows = block_rows;
+        o.jsd_rows = 0;
+        AttentionStatsAccumulator acc = MakeAcc(o, s);
+        AttentionStatsReference ref(o, s.Hq);
+        AddCall(s, p, len_q, s.L, &acc, &ref);
+        const AttentionLayerStats want = ref.Finish();
+        // The distances' term-wise magnitude, mean_i sum_j P[i, j] |pos(i) - j| (largest head):
+        // a global row's keys on both sides cancel, so 1e-6 of it, not of the mean, is the bound.
+        const std::vector<double> probs = ReferenceProbs(s, p, len_q, s.L);
+        double magnitude = 0;
+        for (int64_t h = 0; h < s.Hq; ++h) {
+          double sum = 0;
+          for (int64_t i = 0; i < len_q; ++i) {
+            for (int64_t j = 0; j < s.L; ++j) {
+              sum += probs[(h * len_q + i) * s.L + j] * std::abs(i + s.L - len_q - j);
+            }
+          }
+          magnitude = std::max(magnitude, sum / static_cast<double>(len_q));
+        }
+        ExpectStatsNear(acc.Finish(), want, 1e-6,
+                        std::string("n_global 5, ") + mc.name + " " + KindName(kind) +
+                            " block_rows " + std::to_string(block_rows) + " len_q " +
+                            std::to_string(len_q),
+                        1e-6 * magnitude);
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace attnlab {
 
@@ -69,6 +70,30 @@ double FirstTokenProbe::SinkRate(double eps) const {
     }
   }
   return total ? static_cast<double>(n) / total : 0.0;
+}
+
+Result<nlohmann::json> MeasureFirstToken(Gpt& model, const int32_t* tokens, int64_t batch,
+                                         int64_t len) {
+  FirstTokenProbe probe(model.config());
+  model.set_observer(&probe);
+  const Status st = model.Forward(tokens, nullptr, batch, len, nullptr);
+  model.set_observer(nullptr);
+  ATTNLAB_RETURN_IF_ERROR(st);
+  return nlohmann::json{{"alpha1", probe.alpha1()},
+                        {"last_row", probe.last_row()},
+                        {"uniform_last", probe.uniform_last()},
+                        {"sink_rate", probe.SinkRate(0.3)}};
+}
+
+std::string FirstTokenProgressText(const nlohmann::json& record) {
+  double best = 0;
+  for (const auto& layer : record.at("alpha1")) {
+    for (const auto& a : layer) best = std::max(best, a.get<double>());
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "max alpha1 %.3f sink %.2f", best,
+                record.at("sink_rate").get<double>());
+  return buf;
 }
 
 }  // namespace attnlab

@@ -14,6 +14,8 @@
 #define ATTNLAB_DIAGNOSTICS_FIRST_TOKEN_PROBE_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "model/gpt.h"
@@ -39,6 +41,16 @@ class FirstTokenProbe : public ForwardObserver {
   int64_t sequences_ = 0;  // per layer: counted on layer 0
   double uniform_last_ = 0;
 };
+
+// The first-token record of a training probe (TrainOptions::probe in train/trainer.h; the
+// experiments and `attnlab train` pass these two): runs `model` forward on tokens [batch, len]
+// with a FirstTokenProbe attached and returns {"alpha1": [[per head] per layer], "last_row":
+// [[...]], "uniform_last": 1 / len, "sink_rate": Sink_1^0.3}. The observer is detached again.
+Result<nlohmann::json> MeasureFirstToken(Gpt& model, const int32_t* tokens, int64_t batch,
+                                         int64_t len);
+
+// "max alpha1 0.912 sink 0.75": the progress-line text for a MeasureFirstToken record.
+std::string FirstTokenProgressText(const nlohmann::json& record);
 
 }  // namespace attnlab
 

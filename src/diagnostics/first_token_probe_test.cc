@@ -2,6 +2,8 @@
 // off materialised attention maps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "attnlab/attention.h"
@@ -71,6 +73,42 @@ TEST(FirstTokenProbe, MatchesMaterialisedMaps) {
       }
     }
   }
+}
+
+// The trainer's record (MeasureFirstToken, passed as TrainOptions::probe) is the probe's own
+// numbers on the same batch, and the progress text
+// names the largest alpha_1 and the sink rate.
+TEST(FirstTokenProbe, TrainingRecordIsTheProbesNumbers) {
+  ModelConfig c;
+  c.vocab_size = 50, c.context = 16, c.d_model = 32, c.n_layer = 2, c.n_head = 4;
+  c.init_std = 0.2f;
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  g.value()->params().Initialize(c, 5);
+  std::vector<int32_t> tokens(2 * 16);
+  std::mt19937 rng(2);
+  for (auto& x : tokens) x = rng() % 50;
+  FirstTokenProbe probe(c);
+  g.value()->set_observer(&probe);
+  ASSERT_TRUE(g.value()->Forward(tokens.data(), nullptr, 2, 16, nullptr).ok());
+  g.value()->set_observer(nullptr);
+
+  auto rec = MeasureFirstToken(*g.value(), tokens.data(), 2, 16);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ((*rec)["alpha1"].get<std::vector<std::vector<double>>>(), probe.alpha1());
+  EXPECT_EQ((*rec)["last_row"].get<std::vector<std::vector<double>>>(), probe.last_row());
+  EXPECT_DOUBLE_EQ((*rec)["uniform_last"].get<double>(), 1.0 / 16);
+  EXPECT_DOUBLE_EQ((*rec)["sink_rate"].get<double>(), probe.SinkRate(0.3));
+
+  double best = 0;
+  for (const auto& l : probe.alpha1()) {
+    for (double a : l) best = std::max(best, a);
+  }
+  char want[64];
+  std::snprintf(want, sizeof(want), "max alpha1 %.3f sink %.2f", best, probe.SinkRate(0.3));
+  EXPECT_EQ(FirstTokenProgressText(*rec), want);
+  // A bad batch is an error, not a crash.
+  EXPECT_FALSE(MeasureFirstToken(*g.value(), tokens.data(), 2, 17).ok());
 }
 
 }  // namespace

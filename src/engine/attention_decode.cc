@@ -7,6 +7,14 @@
 //     acc_g = acc_g 2^(m_g - m'_g) + sum_j p[g, j] v_j   (each v_j converted once, G FMAs rows)
 // then the partials of a head's chunks are merged: M = max m_c, l = sum_c l_c 2^(m_c - M),
 // out = sum_c acc_c 2^(m_c - M) / l (exact; FlashAttention-2's rescaling, base 2).
+//
+// GCC 12's AVX-512 headers start some intrinsics (_mm512_cvtph_ps, _mm512_cvtepu16_epi32, ...)
+// from _mm512_undefined_*(), which its middle end then reports as -Wmaybe-uninitialized once
+// inlined here (GCC bug 105593, fixed in GCC 13). The pragma must precede the includes: the
+// warning's location is inside the header.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "attnlab/attention_decode.h"
 
 #include <algorithm>

@@ -217,12 +217,7 @@ Status AttentionForwardFlash(const AttentionShape& s, const AttentionParams& par
                              const AttentionTensor& v, const AttentionTensorMut& out,
                              std::span<float> lse) {
   ATTNLAB_RETURN_IF_ERROR(ValidateAttention(s, params, q, k, v, out));
-  const int64_t rows = s.batch * s.heads_q * s.len_q;
-  if (!lse.empty() && static_cast<int64_t>(lse.size()) != rows) {
-    return Status::InvalidArgument("lse: expected batch * heads_q * len_q = " +
-                                   std::to_string(rows) + " values, got " +
-                                   std::to_string(lse.size()));
-  }
+  ATTNLAB_RETURN_IF_ERROR(internal::CheckLseSize(s, lse, /*required=*/false));
   ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
   ForwardArgs a;
   a.shape = &s;

@@ -76,7 +76,9 @@ TEST(AttentionMask, GlobalRowsFollowPositionsAndZeroGlobalsChangeNothing) {
       for (int64_t i = 0; i < 8; ++i) {
         const std::vector<std::string> decode = Draw(m, 1, i + 1);
         SCOPED_TRACE("n_global " + std::to_string(n_global) + " row " + std::to_string(i));
-        if (causal) EXPECT_EQ(decode[0], full[i].substr(0, i + 1));
+        if (causal) {
+          EXPECT_EQ(decode[0], full[i].substr(0, i + 1));
+        }
       }
     }
   }
@@ -150,8 +152,12 @@ TEST(AttentionMask, BlockClassificationIsConsistentWithVisibility) {
       }
     }
     SCOPED_TRACE("trial " + std::to_string(trial));
-    if (cls == BlockClass::kEmpty) EXPECT_FALSE(any);
-    if (cls == BlockClass::kFull) EXPECT_TRUE(all && nk == internal::kBlockK);
+    if (cls == BlockClass::kEmpty) {
+      EXPECT_FALSE(any);
+    }
+    if (cls == BlockClass::kFull) {
+      EXPECT_TRUE(all && nk == internal::kBlockK);
+    }
   }
 }
 
@@ -182,14 +188,22 @@ TEST(AttentionMask, BlockClassificationWithGlobalsOverWholeMasks) {
               const bool vis = internal::KeyVisible(m, r, 0, 0, i, j);
               any |= vis;
               all &= vis;
-              if (vis) ASSERT_TRUE(span.Intersects(j, 1)) << "row " << i << " key " << j;
+              if (vis) {
+                ASSERT_TRUE(span.Intersects(j, 1)) << "row " << i << " key " << j;
+              }
             }
           }
           SCOPED_TRACE("rows [" + std::to_string(i0) + ", +" + std::to_string(nr) + ") keys " +
                        std::to_string(k0));
-          if (cls == BlockClass::kEmpty) EXPECT_FALSE(any);
-          if (cls == BlockClass::kFull) EXPECT_TRUE(all && nk == internal::kBlockK);
-          if (!any) EXPECT_EQ(cls, BlockClass::kEmpty);  // tight: nothing seen, nothing done
+          if (cls == BlockClass::kEmpty) {
+            EXPECT_FALSE(any);
+          }
+          if (cls == BlockClass::kFull) {
+            EXPECT_TRUE(all && nk == internal::kBlockK);
+          }
+          if (!any) {  // tight: nothing seen, nothing done
+            EXPECT_EQ(cls, BlockClass::kEmpty);
+          }
         }
       }
     }

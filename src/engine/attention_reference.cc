@@ -9,12 +9,8 @@ Status AttentionForwardReference(const AttentionShape& s, const AttentionParams&
                                  const AttentionTensor& v, const AttentionTensorMut& out,
                                  std::span<float> lse, std::span<float> probs) {
   ATTNLAB_RETURN_IF_ERROR(ValidateAttention(s, params, q, k, v, out));
+  ATTNLAB_RETURN_IF_ERROR(internal::CheckLseSize(s, lse, /*required=*/false));
   const int64_t rows = s.batch * s.heads_q * s.len_q;
-  if (!lse.empty() && static_cast<int64_t>(lse.size()) != rows) {
-    return Status::InvalidArgument("lse: expected batch * heads_q * len_q = " +
-                                   std::to_string(rows) + " values, got " +
-                                   std::to_string(lse.size()));
-  }
   if (!probs.empty() && static_cast<int64_t>(probs.size()) != rows * s.len_k) {
     return Status::InvalidArgument("probs: expected batch * heads_q * len_q * len_k = " +
                                    std::to_string(rows * s.len_k) + " values, got " +

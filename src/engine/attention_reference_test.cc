@@ -25,12 +25,7 @@ double Loss(const AttentionCase& c, const Tensor4<double>& q, const Tensor4<doub
   internal::AttentionForwardReferenceImpl<double, double>(s, c.params, scale, sinks.data(),
                                                           q.cview(), k.cview(), v.cview(),
                                                           out.view, nullptr, nullptr);
-  const Tensor4<double> dout = c.dout.Cast<double>();
-  double loss = 0;
-  out.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) {
-    loss += out.at(b, h, t, d) * dout.at(b, h, t, d);
-  });
-  return loss;
+  return testing::Dot(out, c.dout.Cast<double>());
 }
 
 // Central differences with step 1e-6: truncation error O(h^2) ~ 1e-12 and rounding error

@@ -80,6 +80,16 @@ struct Tensor4 {
   }
 };
 
+// sum a * b over every element (same shape): the scalar loss L = <out, dout> whose gradient
+// the backward kernels compute, for finite-difference checks.
+inline double Dot(const Tensor4<double>& a, const Tensor4<double>& b) {
+  double s = 0;
+  a.ForEach([&](int64_t bb, int64_t h, int64_t t, int64_t d) {
+    s += a.at(bb, h, t, d) * b.at(bb, h, t, d);
+  });
+  return s;
+}
+
 template <typename A, typename B>
 double MaxAbsDiff(const Tensor4<A>& a, const Tensor4<B>& b) {
   double m = 0;

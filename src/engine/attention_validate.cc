@@ -156,19 +156,36 @@ using internal::AddressRange;
 using internal::CheckDisjoint;
 using internal::ValidateView4;
 
-Status ValidateAttention(const AttentionShape& s, const AttentionParams& p,
-                         const AttentionTensor& q, const AttentionTensor& k,
-                         const AttentionTensor& v, const AttentionTensorMut& out) {
-  ATTNLAB_RETURN_IF_ERROR(internal::ValidateShapeAndParams(s, p));
-  AddressRange rq, rk, rv, ro;
+Status internal::CheckLseSize(const AttentionShape& s, std::span<const float> lse,
+                              bool required) {
+  const int64_t rows = s.batch * s.heads_q * s.len_q;
+  if ((required || !lse.empty()) && static_cast<int64_t>(lse.size()) != rows) {
+    return Status::InvalidArgument("lse: expected batch * heads_q * len_q = " + Str(rows) +
+                                   " values, got " + Str(static_cast<int64_t>(lse.size())));
+  }
+  return Status::Ok();
+}
+
+Status internal::ValidateForwardViews(const AttentionShape& s, const AttentionTensor& q,
+                                      const AttentionTensor& k, const AttentionTensor& v,
+                                      const AttentionTensorMut& out, ForwardRanges* ranges) {
+  ForwardRanges local;
+  ForwardRanges& r = ranges != nullptr ? *ranges : local;
+  AddressRange &rq = r.q, &rk = r.k, &rv = r.v, &ro = r.out;
   ATTNLAB_RETURN_IF_ERROR(ValidateView4("q", q, s.batch, s.heads_q, s.len_q, s.head_dim, false, &rq));
   ATTNLAB_RETURN_IF_ERROR(ValidateView4("k", k, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rk));
   ATTNLAB_RETURN_IF_ERROR(ValidateView4("v", v, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rv));
   ATTNLAB_RETURN_IF_ERROR(ValidateView4("out", out, s.batch, s.heads_q, s.len_q, s.head_dim, true, &ro));
   ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "q", rq));
   ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "k", rk));
-  ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "v", rv));
-  return Status::Ok();
+  return CheckDisjoint("out", ro, "v", rv);
+}
+
+Status ValidateAttention(const AttentionShape& s, const AttentionParams& p,
+                         const AttentionTensor& q, const AttentionTensor& k,
+                         const AttentionTensor& v, const AttentionTensorMut& out) {
+  ATTNLAB_RETURN_IF_ERROR(internal::ValidateShapeAndParams(s, p));
+  return internal::ValidateForwardViews(s, q, k, v, out);
 }
 
 }  // namespace attnlab
@@ -209,13 +226,7 @@ Status ValidateAttentionBackward(const AttentionShape& s, const AttentionParams&
   ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("dq", rdq, "dk", rdk));
   ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("dq", rdq, "dv", rdv));
   ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("dk", rdk, "dv", rdv));
-  const int64_t rows = s.batch * s.heads_q * s.len_q;
-  if (lse_required || !lse.empty()) {
-    if (static_cast<int64_t>(lse.size()) != rows) {
-      return Status::InvalidArgument("lse: expected batch * heads_q * len_q = " + Str(rows) +
-                                     " values, got " + Str(static_cast<int64_t>(lse.size())));
-    }
-  }
+  ATTNLAB_RETURN_IF_ERROR(internal::CheckLseSize(s, lse, lse_required));
   if (p.softmax == SoftmaxKind::kSinkLogit &&
       static_cast<int64_t>(d_sink_logits.size()) != s.heads_q) {
     return Status::InvalidArgument("d_sink_logits: expected heads_q = " + Str(s.heads_q) +

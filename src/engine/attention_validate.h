@@ -39,6 +39,20 @@ Status ValidateView4(const char* name, const TensorView4<T>& v, int64_t batch, i
 Status CheckDisjoint(const char* a_name, const AddressRange& a, const char* b_name,
                      const AddressRange& b);
 
+// The forward views of every kernel: q [batch, heads_q, len_q, head_dim], k and v
+// [batch, heads_kv, len_k, head_dim], out [batch, heads_q, len_q, head_dim] (an output: no
+// self-overlap), and out disjoint from q, k and v. Sets *ranges (if given) to the bytes each
+// view touches, for further disjointness checks.
+struct ForwardRanges {
+  AddressRange q, k, v, out;
+};
+Status ValidateForwardViews(const AttentionShape& s, const AttentionTensor& q,
+                            const AttentionTensor& k, const AttentionTensor& v,
+                            const AttentionTensorMut& out, ForwardRanges* ranges = nullptr);
+
+// lse holds batch * heads_q * len_q values, or is empty when not `required`.
+Status CheckLseSize(const AttentionShape& s, std::span<const float> lse, bool required);
+
 // Shape and parameter checks shared by every kernel (no buffers).
 Status ValidateShapeAndParams(const AttentionShape& shape, const AttentionParams& params);
 

@@ -90,14 +90,8 @@ Status ValidateLinearAttention(const AttentionShape& s, const LinearAttentionPar
                                std::span<const float> den, std::span<const float> state_in,
                                std::span<const float> state_out) {
   ATTNLAB_RETURN_IF_ERROR(ValidateLinearShape(s, p));
-  AddressRange rq, rk, rv, ro;
-  ATTNLAB_RETURN_IF_ERROR(ValidateView4("q", q, s.batch, s.heads_q, s.len_q, s.head_dim, false, &rq));
-  ATTNLAB_RETURN_IF_ERROR(ValidateView4("k", k, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rk));
-  ATTNLAB_RETURN_IF_ERROR(ValidateView4("v", v, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rv));
-  ATTNLAB_RETURN_IF_ERROR(ValidateView4("out", out, s.batch, s.heads_q, s.len_q, s.head_dim, true, &ro));
-  ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "q", rq));
-  ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "k", rk));
-  ATTNLAB_RETURN_IF_ERROR(CheckDisjoint("out", ro, "v", rv));
+  internal::ForwardRanges views;
+  ATTNLAB_RETURN_IF_ERROR(internal::ValidateForwardViews(s, q, k, v, out, &views));
   ATTNLAB_RETURN_IF_ERROR(CheckSpanSize("den", den, s.batch * s.heads_q * s.len_q));
   const int64_t state = LinearAttentionStateSize(s);
   ATTNLAB_RETURN_IF_ERROR(CheckSpanSize("state_in", state_in, state));
@@ -108,7 +102,7 @@ Status ValidateLinearAttention(const AttentionShape& s, const LinearAttentionPar
     if (span.empty()) continue;
     const AddressRange r = SpanRange(span);
     for (const auto& [in_name, in] :
-         {std::pair{"q", &rq}, {"k", &rk}, {"v", &rv}, {"out", &ro}}) {
+         {std::pair{"q", &views.q}, {"k", &views.k}, {"v", &views.v}, {"out", &views.out}}) {
       ATTNLAB_RETURN_IF_ERROR(CheckDisjoint(name, r, in_name, *in));
     }
   }

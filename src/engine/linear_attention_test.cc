@@ -418,12 +418,7 @@ double Loss(const LinearCase& c, const Tensor4<double>& q, const Tensor4<double>
   out.Init(s.batch, s.heads_q, s.len_q, s.head_dim, c.q.layout);
   internal::LinearAttentionForwardRecurrentImpl<double, double>(
       s, c.params.eps, q.cview(), k.cview(), v.cview(), out.view, nullptr, nullptr, nullptr);
-  const Tensor4<double> dout = c.dout.Cast<double>();
-  double loss = 0;
-  out.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) {
-    loss += out.at(b, h, t, d) * dout.at(b, h, t, d);
-  });
-  return loss;
+  return testing::Dot(out, c.dout.Cast<double>());
 }
 
 // Central differences with step 1e-6 in double: truncation O(h^2) ~ 1e-12 and rounding

@@ -6,29 +6,30 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
+
+#include "model/test_models.h"
 
 namespace attnlab::experiments {
 namespace {
 
+// Three layers of two heads with GPT-2's MLP width (4 C) and init std 0.02, unscaled residual
+// projections.
 ModelConfig Small() {
-  ModelConfig c;
-  c.vocab_size = 16;
-  c.context = 8;
-  c.d_model = 16;
-  c.n_layer = 3;
-  c.n_head = 2;
+  ModelConfig c = test_models::TinyConfig({.vocab_size = 16, .context = 8, .n_layer = 3,
+                                           .n_head = 2, .mlp_hidden = 0,
+                                           .init_std = ModelConfig{}.init_std});
   c.scale_residual_init = false;
   return c;
 }
 
 std::vector<DepthMetrics> Measure(const ModelConfig& c, int64_t B = 2) {
-  auto g = Gpt::Create(c);
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
-  g.value()->params().Initialize(c, 5);
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 5);
+  if (!g) return {};
   std::vector<int32_t> tokens(B * c.context);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % 16);
-  auto m = MeasureCollapse(*g.value(), tokens, B, c.context);
+  auto m = MeasureCollapse(*g, tokens, B, c.context);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? m.value() : std::vector<DepthMetrics>();
 }

@@ -65,6 +65,10 @@ struct ExperimentResult {
   void AddCheck(std::string name, bool passed, std::string detail) {
     checks.push_back({std::move(name), passed, std::move(detail)});
   }
+  void AddClaim(std::string name, std::string source, std::string expected, std::string measured,
+                bool holds) {
+    claims.push_back({std::move(name), std::move(source), std::move(expected), std::move(measured), holds});
+  }
   bool passed() const;
 };
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "model/checkpoint.h"
+#include "formats/loaded_model.h"
 
 namespace attnlab::experiments {
 

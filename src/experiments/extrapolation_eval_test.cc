@@ -7,30 +7,24 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
+
+#include "model/test_models.h"
 
 namespace attnlab::experiments {
 namespace {
 
+// Two heads of head_dim 16 (NTK needs rotary_dim >= 4) and init std 0.2, large enough that
+// positions change the logits visibly.
 ModelConfig Tiny() {
-  ModelConfig c;
-  c.vocab_size = 29;
-  c.context = 8;
-  c.d_model = 32;
-  c.n_layer = 2;
-  c.n_head = 2;  // head_dim 16: NTK needs rotary_dim >= 4
-  c.init_std = 0.2f;  // large enough that positions change the logits visibly
-  return c;
+  return test_models::TinyConfig(
+      {.vocab_size = 29, .context = 8, .d_model = 32, .n_head = 2, .mlp_hidden = 0,
+       .init_std = 0.2f});
 }
 
-std::unique_ptr<Gpt> MakeTiny() {
-  auto g = Gpt::Create(Tiny());
-  EXPECT_TRUE(g.ok());
-  std::unique_ptr<Gpt> m = std::move(g).value();
-  m->params().Initialize(m->config(), 5);
-  return m;
-}
+std::unique_ptr<Gpt> MakeTiny() { return test_models::TinyModel(Tiny(), 5); }
 
 std::vector<int32_t> Tokens(int64_t n, int32_t vocab) {
   std::mt19937_64 rng(11);
@@ -42,6 +36,7 @@ std::vector<int32_t> Tokens(int64_t n, int32_t vocab) {
 
 TEST(ExtrapolationEval, ScoreWindowsMatchesTheModelLoss) {
   std::unique_ptr<Gpt> g = MakeTiny();
+  ASSERT_NE(g, nullptr);
   const std::vector<int32_t> tok = Tokens(100, 29);
   const int64_t len = 8, predicted = 48;
   auto r = ScoreWindows(*g, tok, len, predicted, /*batch_tokens=*/20);  // batches of 2 windows
@@ -62,6 +57,7 @@ TEST(ExtrapolationEval, SameTokensAtEveryLength) {
   // A model whose logits do not depend on the input (zero weights but the final norm's bias)
   // gives the same loss for every window length: only the context differs between lengths.
   std::unique_ptr<Gpt> g = MakeTiny();
+  ASSERT_NE(g, nullptr);
   g->params().Zero();
   std::mt19937_64 rng(2);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -84,6 +80,7 @@ TEST(ExtrapolationEval, SameTokensAtEveryLength) {
 
 TEST(ExtrapolationEval, FactorOneIsExactAndFactorTwoIsNot) {
   std::unique_ptr<Gpt> g = MakeTiny();
+  ASSERT_NE(g, nullptr);
   const std::vector<int32_t> tok = Tokens(40, 29);
   auto base = WithRopeScaling(*g, 16, RopeScaling::kNone, 1.0, 8);
   ASSERT_TRUE(base.ok());
@@ -117,6 +114,7 @@ TEST(ExtrapolationEval, FactorOneIsExactAndFactorTwoIsNot) {
 
 TEST(ExtrapolationEval, RejectsBadArguments) {
   std::unique_ptr<Gpt> g = MakeTiny();
+  ASSERT_NE(g, nullptr);
   const std::vector<int32_t> tok = Tokens(40, 29);
   EXPECT_FALSE(ScoreWindows(*g, tok, 8, 12, 64).ok());   // not a multiple
   EXPECT_FALSE(ScoreWindows(*g, tok, 8, 40, 64).ok());   // needs 41 tokens

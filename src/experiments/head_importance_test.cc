@@ -11,23 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "formats/loaded_model.h"
+#include "model/test_models.h"
 
 namespace attnlab::experiments {
 namespace {
-
-ModelConfig Tiny(bool gate) {
-  ModelConfig c;
-  c.vocab_size = 32;
-  c.context = 16;
-  c.d_model = 16;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.mlp_hidden = 24;
-  c.init_std = 0.3f;
-  c.output_gate = gate;
-  return c;
-}
 
 struct Fixture {
   std::unique_ptr<Gpt> g;
@@ -38,26 +26,16 @@ struct Fixture {
 
 Fixture Make(bool gate) {
   Fixture f;
-  const ModelConfig c = Tiny(gate);
-  auto created = Gpt::Create(c);
-  EXPECT_TRUE(created.ok());
-  f.g = std::move(created).value();
-  f.g->params().Initialize(c, 7);
+  ModelConfig c = test_models::TinyConfig({.vocab_size = 32, .context = 16});
+  c.output_gate = gate;
+  f.g = test_models::TinyModel(c, 7);
+  if (!f.g) return f;
   std::mt19937_64 rng(3);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (const ParamInfo& p : f.g->params().infos()) {  // non-trivial biases and gains
-    if (p.init == ParamInit::kZeros || p.init == ParamInit::kOnes) {
-      float* x = f.g->params().Slice(p);
-      for (int64_t i = 0; i < p.size; ++i) x[i] += nd(rng);
-    }
-  }
+  test_models::PerturbConstantInitTensors(f.g->params(), rng, 0.3f);  // non-trivial biases, gains
   f.base = ParameterStore(c);
   EXPECT_TRUE(CopyParameters(f.g->params(), &f.base).ok());
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
-  f.tokens.resize(f.B * f.T);
-  f.targets.resize(f.B * f.T);
-  for (auto& t : f.tokens) t = tok(rng);
-  for (auto& t : f.targets) t = tok(rng);
+  f.tokens = test_models::RandomTokens(f.B * f.T, c.vocab_size, rng);
+  f.targets = test_models::RandomTokens(f.B * f.T, c.vocab_size, rng);
   return f;
 }
 
@@ -79,6 +57,7 @@ TEST(HeadImportance, MaskGradientMatchesFiniteDifference) {
   for (bool gate : {false, true}) {
     SCOPED_TRACE(gate ? "output gate" : "plain");
     Fixture f = Make(gate);
+    ASSERT_NE(f.g, nullptr);
     const int64_t n = f.g->config().n_layer * f.g->config().n_head;
     std::vector<float> ones(n, 1.0f);
     LossWithMask(f, ones);
@@ -110,6 +89,7 @@ TEST(HeadImportance, MaskGradientMatchesFiniteDifference) {
 // rows add exact zeros). An all-ones mask reproduces the model bit for bit.
 TEST(HeadImportance, ZeroMaskRemovesTheHeadExactly) {
   Fixture f = Make(false);
+  ASSERT_NE(f.g, nullptr);
   const ModelConfig& c = f.g->config();
   const int64_t L = c.n_layer, H = c.n_head, hd = c.head_dim(), C = c.d_model, Q = c.qkv_dim();
   double plain = 0;

@@ -52,7 +52,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,6 +65,8 @@
 #include "core/process_memory.h"
 #include "engine/gemm.h"
 #include "experiments/experiment.h"
+#include "experiments/experiment_report.h"
+#include "experiments/recall_probe.h"
 #include "report/format_number.h"
 #include "report/svg_plot.h"
 
@@ -308,33 +312,17 @@ Status RunMethod(Method m, const Sizes& s, int64_t n, Inputs& in, ThreadPool& po
   return Status::Internal("unknown method");
 }
 
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Least-squares slope and intercept of log y on log x.
+// A power law y ~ N^exponent fitted by least squares of log y on log N (LogLogSlope), over the
+// points with x, y > 0.
 struct Fit {
   double exponent = std::numeric_limits<double>::quiet_NaN();
-  double log_coefficient = 0;
-  int points = 0;
+  int points = 0;  // points used
 };
 
 Fit FitPowerLaw(const std::vector<double>& x, const std::vector<double>& y) {
   Fit f;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  int n = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!(x[i] > 0) || !(y[i] > 0)) continue;
-    const double lx = std::log(x[i]), ly = std::log(y[i]);
-    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
-    ++n;
-  }
-  f.points = n;
-  if (n < 2) return f;
-  const double den = n * sxx - sx * sx;
-  if (!(std::fabs(den) > 0)) return f;
-  f.exponent = (n * sxy - sx * sy) / den;
-  f.log_coefficient = (sy - f.exponent * sx) / n;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) f.points += x[i] > 0 && y[i] > 0;
+  f.exponent = LogLogSlope(x, y);
   return f;
 }
 
@@ -353,9 +341,16 @@ double MaxDiff(const A& a, const B& b) {
   return d;
 }
 
+// Each kernel's largest |error| against its reference at one N, and the tolerance.
+struct KernelValidation {
+  int64_t n = 0;
+  double tol = 0;
+  std::vector<std::pair<std::string, double>> errs;  // (method, max |error|)
+};
+
 // Correctness before timing, at the smallest N: materialised and window-flash against the
 // double-precision reference, linear chunked against the recurrent form.
-Status ValidateKernels(const Sizes& s, uint64_t seed, ThreadPool& pool, ExperimentResult& r) {
+Result<KernelValidation> ValidateKernels(const Sizes& s, uint64_t seed, ThreadPool& pool) {
   const int64_t n = s.n_min;
   const AttentionShape sh = ShapeOf(s, n);
   Inputs in;
@@ -397,16 +392,7 @@ Status ValidateKernels(const Sizes& s, uint64_t seed, ThreadPool& pool, Experime
     ATTNLAB_RETURN_IF_ERROR(LinearAttentionForwardChunked(sh, p, q, k, v, view(out)));
     errs.push_back({"linear", MaxDiff(ref, out)});
   }
-  std::string detail;
-  bool ok = true;
-  for (const auto& [name, e] : errs) {
-    detail += (detail.empty() ? "" : ", ") + name + " " + Fmt(e, "%.2g");
-    ok = ok && e <= tol;
-  }
-  r.AddCheck("every kernel matches its reference before it is timed", ok,
-             "max |error| at N = " + std::to_string(n) + ": " + detail + " (tolerance " +
-                 Fmt(tol, "%.2g") + ")");
-  return Status::Ok();
+  return KernelValidation{n, tol, std::move(errs)};
 }
 
 // The memory check of one method, from the exact `held` reading of every point it ran:
@@ -459,182 +445,186 @@ MemoryVerdict MemoryCheck(Method m, const Sizes& s, const std::vector<Point>& pt
   return v;
 }
 
-Result<ExperimentResult> Run(const ExperimentOptions& o) {
-  const Sizes s = SizesFor(o.quick);
-  ThreadPool& pool = DefaultThreadPool();
-  // Fixed malloc thresholds (see HeldSlack): a freed block never makes glibc keep more. For the
-  // rest of this process (an experiment runs in its own `attnlab experiment` process).
-  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocThreshold));
-  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kMallocThreshold));
-  ExperimentResult r;
-  ATTNLAB_RETURN_IF_ERROR(ValidateKernels(s, o.seed, pool, r));
+// Time fits over N >= 2 * n_min (the smallest sizes are dominated by fixed costs); memory fits
+// (held: exact) over every point.
+struct MethodFit {
+  Fit time, memory, own_memory, peak_memory;
+};
 
-  const bool peak_ok = ResetPeakResident();
-  const int64_t available = MemAvailableBytes();
-  const int64_t budget = available > 0 ? std::min(s.materialised_cap, available / 2)
-                                       : s.materialised_cap;
-  std::vector<int64_t> ns;
-  for (int64_t n = s.n_min; n <= s.n_max; n *= 2) ns.push_back(n);
-
-  std::vector<std::vector<Point>> points(std::size(kMethods));
-  for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
-    const Method m = kMethods[mi];
-    for (int64_t n : ns) {
-      Point pt;
-      pt.n = n;
-      pt.expected_bytes = ExpectedBytes(m, s, n);
-      pt.own_bytes = OwnBytes(m, s, n);
-      if (m == Method::kMaterialised && s.heads * n * n * 4 > budget) {
-        pt.skipped = "S would need " + Bytes(double(s.heads) * n * n * 4) + " > budget " +
-                     Bytes(budget);
-        points[mi].push_back(pt);
-        continue;
-      }
-      ResetPeakResident();
-      const int64_t held_before = HeldResidentBytes();
-      const int64_t before = ResidentBytes();
-      Inputs in;
-      try {
-        Allocate(m, s, n, o.seed + n, in);
-      } catch (const std::bad_alloc&) {
-        pt.skipped = "out of memory allocating " + Bytes(pt.expected_bytes);
-        points[mi].push_back(pt);
-        continue;
-      }
-      double best = std::numeric_limits<double>::infinity();
-      for (int rep = 0; rep < 3; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        ATTNLAB_RETURN_IF_ERROR(RunMethod(m, s, n, in, pool));
-        const double t = Seconds(t0);
-        best = std::min(best, t);
-        if (t > 0.5) break;  // long runs are stable enough once
-      }
-      pt.ran = true;
-      pt.seconds = best;
-      pt.peak_bytes = peak_ok ? std::max<int64_t>(0, PeakResidentBytes() - before) : 0;
-      pt.held_bytes = HeldResidentBytes() - held_before;
-      pt.counted_bytes = in.Bytes();
-      pt.io_bytes = in.IoBytes();
-      if (m == Method::kMaterialised || m == Method::kFlash) {
-        pt.gflops = AttentionForwardFlops(ShapeOf(s, n), true) / best * 1e-9;
-      }
-      Progress(o, kName, "%-12s N=%-7lld %9.4f s  held %s (counted %s)  peak %s", MethodName(m),
-               static_cast<long long>(n), best, Bytes(double(pt.held_bytes)).c_str(),
-               Bytes(double(pt.counted_bytes)).c_str(), Bytes(double(pt.peak_bytes)).c_str());
-      points[mi].push_back(pt);
-    }
-  }
-
-  // Time fits over N >= 2 * n_min; memory fits (held: exact) over every point.
-  struct MethodFit {
-    Fit time, memory, own_memory, peak_memory;
-  };
-  std::vector<MethodFit> fits(std::size(kMethods));
-  nlohmann::json jm = nlohmann::json::array();
-  for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
-    std::vector<double> xt, t, xm, held, own, peak;
-    nlohmann::json jp = nlohmann::json::array();
-    const auto ran_only = [](bool ran, auto v) {
-      return ran ? nlohmann::json(v) : nlohmann::json();
-    };
-    for (const Point& p : points[mi]) {
-      jp.push_back({{"n", p.n},
-                    {"ran", p.ran},
-                    {"skipped", p.skipped},
-                    {"seconds", ran_only(p.ran, p.seconds)},
-                    {"peak_bytes", ran_only(p.ran, p.peak_bytes)},
-                    {"held_bytes", ran_only(p.ran, p.held_bytes)},
-                    {"counted_bytes", ran_only(p.ran, p.counted_bytes)},
-                    {"io_bytes", ran_only(p.ran, p.io_bytes)},
-                    {"own_bytes", p.own_bytes},
-                    {"own_held_bytes", ran_only(p.ran, p.OwnHeld())},
-                    {"expected_bytes", p.expected_bytes},
-                    {"gflops", p.gflops > 0 ? nlohmann::json(p.gflops) : nlohmann::json()}});
-      if (!p.ran) continue;
-      xm.push_back(double(p.n));
-      held.push_back(double(p.held_bytes));
-      own.push_back(double(p.OwnHeld()));
-      peak.push_back(double(p.peak_bytes));
-      if (p.n < 2 * s.n_min) continue;
-      xt.push_back(double(p.n));
-      t.push_back(p.seconds);
-    }
-    fits[mi] = {FitPowerLaw(xt, t), FitPowerLaw(xm, held), FitPowerLaw(xm, own),
-                FitPowerLaw(xm, peak)};
-    jm.push_back({{"method", MethodName(kMethods[mi])},
-                  {"time_exponent", fits[mi].time.exponent},
-                  {"memory_exponent", fits[mi].memory.exponent},
-                  {"own_memory_exponent", fits[mi].own_memory.exponent},
-                  {"peak_memory_exponent", fits[mi].peak_memory.exponent},
-                  {"fit_points", fits[mi].time.points},
-                  {"memory_fit_points", fits[mi].memory.points},
-                  {"points", jp}});
-  }
-  const auto idx = [](Method m) { return static_cast<size_t>(m); };
-  const MethodFit& fm = fits[idx(Method::kMaterialised)];
-  const MethodFit& ff = fits[idx(Method::kFlash)];
-  const MethodFit& fw = fits[idx(Method::kWindow)];
-  const MethodFit& fl = fits[idx(Method::kLinear)];
-
-  // Materialised: bytes per score entry (fitted on the largest run), the first N on the grid
-  // whose S no longer fits this machine's memory (MemTotal-like: available now + what we use).
-  double bytes_per_entry = std::numeric_limits<double>::quiet_NaN();
-  int64_t largest_materialised = 0;
-  for (const Point& p : points[idx(Method::kMaterialised)]) {
+MethodFit FitMethod(const std::vector<Point>& pts, const Sizes& s) {
+  std::vector<double> xt, t, xm, held, own, peak;
+  for (const Point& p : pts) {
     if (!p.ran) continue;
-    largest_materialised = p.n;
-    bytes_per_entry = double(p.OwnHeld()) / (double(s.heads) * p.n * p.n);
+    xm.push_back(double(p.n));
+    held.push_back(double(p.held_bytes));
+    own.push_back(double(p.OwnHeld()));
+    peak.push_back(double(p.peak_bytes));
+    if (p.n < 2 * s.n_min) continue;
+    xt.push_back(double(p.n));
+    t.push_back(p.seconds);
   }
-  int64_t oom_n = 0;
+  return {FitPowerLaw(xt, t), FitPowerLaw(xm, held), FitPowerLaw(xm, own), FitPowerLaw(xm, peak)};
+}
+
+// ---- What the report stages read: every point measured, the fits and the numbers derived.
+struct Measured {
+  Sizes s;
+  bool quick = false;
+  int threads = 0;                 // the pool's
+  KernelValidation validation;     // at the smallest N, before any timing
+  bool peak_ok = false;            // the peak-memory counter could be reset
+  int64_t available = 0;           // MemAvailable at the start (0 when unknown)
+  int64_t budget = 0;              // bytes of S that materialised may allocate
+  std::vector<int64_t> ns;         // n_min, 2 n_min, ..., n_max
+  std::vector<std::vector<Point>> points;  // [method (kMethods order)][ns]
+  std::vector<MethodFit> fits;             // [method]
+  // Materialised: bytes per score entry (held, at the largest run), the largest N it ran, and
+  // the first N on the grid whose S no longer fits this machine's available memory (0: none).
+  double bytes_per_entry = std::numeric_limits<double>::quiet_NaN();
+  int64_t largest_materialised = 0, oom_n = 0;
+  // The documents' figures: one 65536 x 65536 BF16 head's matrix, and 32 of them.
+  double doc_per_head_bf16 = 0, measured_bf16_32 = 0;
+  std::optional<Point> flash_max;  // flash's largest run
+  double layer_seconds = NAN;      // a 32-head, head_dim 128 layer at flash_max's N and throughput
+
+  const std::vector<Point>& PointsOf(Method m) const { return points[static_cast<size_t>(m)]; }
+  const MethodFit& FitOf(Method m) const { return fits[static_cast<size_t>(m)]; }
+};
+
+// One method at one N: allocate and fill, time the kernel (the minimum over up to 3 runs when
+// one is short), read the held and peak memory. A point that does not fit is skipped with why.
+Status MeasurePoint(const ExperimentOptions& o, Method m, int64_t n, ThreadPool& pool, const Measured& ms,
+                    Point& pt) {
+  const Sizes& s = ms.s;
+  pt.n = n;
+  pt.expected_bytes = ExpectedBytes(m, s, n);
+  pt.own_bytes = OwnBytes(m, s, n);
+  if (m == Method::kMaterialised && s.heads * n * n * 4 > ms.budget) {
+    pt.skipped = "S would need " + Bytes(double(s.heads) * n * n * 4) + " > budget " + Bytes(ms.budget);
+    return Status::Ok();
+  }
+  ResetPeakResident();
+  const int64_t held_before = HeldResidentBytes();
+  const int64_t before = ResidentBytes();
+  Inputs in;
+  try {
+    Allocate(m, s, n, o.seed + n, in);
+  } catch (const std::bad_alloc&) {
+    pt.skipped = "out of memory allocating " + Bytes(pt.expected_bytes);
+    return Status::Ok();
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ATTNLAB_RETURN_IF_ERROR(RunMethod(m, s, n, in, pool));
+    const double t = SecondsSince(t0);
+    best = std::min(best, t);
+    if (t > 0.5) break;  // long runs are stable enough once
+  }
+  pt.ran = true;
+  pt.seconds = best;
+  pt.peak_bytes = ms.peak_ok ? std::max<int64_t>(0, PeakResidentBytes() - before) : 0;
+  pt.held_bytes = HeldResidentBytes() - held_before;
+  pt.counted_bytes = in.Bytes();
+  pt.io_bytes = in.IoBytes();
+  if (m == Method::kMaterialised || m == Method::kFlash) {
+    pt.gflops = AttentionForwardFlops(ShapeOf(s, n), true) / best * 1e-9;
+  }
+  Progress(o, kName, "%-12s N=%-7lld %9.4f s  held %s (counted %s)  peak %s", MethodName(m),
+           static_cast<long long>(n), best, Bytes(double(pt.held_bytes)).c_str(),
+           Bytes(double(pt.counted_bytes)).c_str(), Bytes(double(pt.peak_bytes)).c_str());
+  return Status::Ok();
+}
+
+// Validates the kernels, then measures every method at every N.
+Status MeasureAll(const ExperimentOptions& o, ThreadPool& pool, Measured& m) {
+  const Sizes& s = m.s;
+  ATTNLAB_ASSIGN_OR_RETURN(m.validation, ValidateKernels(s, o.seed, pool));
+  m.peak_ok = ResetPeakResident();
+  m.available = MemAvailableBytes();
+  m.budget = m.available > 0 ? std::min(s.materialised_cap, m.available / 2) : s.materialised_cap;
+  for (int64_t n = s.n_min; n <= s.n_max; n *= 2) m.ns.push_back(n);
+  m.points.assign(std::size(kMethods), {});
+  for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
+    for (int64_t n : m.ns) {
+      Point pt;
+      ATTNLAB_RETURN_IF_ERROR(MeasurePoint(o, kMethods[mi], n, pool, m, pt));
+      m.points[mi].push_back(pt);
+    }
+  }
+  return Status::Ok();
+}
+
+// The fits, materialised's bytes per entry and out-of-memory N, and the documents' figures.
+void Derive(Measured& m) {
+  const Sizes& s = m.s;
+  for (size_t mi = 0; mi < std::size(kMethods); ++mi) m.fits.push_back(FitMethod(m.points[mi], s));
+  for (const Point& p : m.PointsOf(Method::kMaterialised)) {
+    if (!p.ran) continue;
+    m.largest_materialised = p.n;
+    m.bytes_per_entry = double(p.OwnHeld()) / (double(s.heads) * p.n * p.n);
+  }
   for (int64_t n = s.n_min; n <= (int64_t{1} << 24); n *= 2) {
-    if (available > 0 && double(s.heads) * n * n * 4 > double(available)) {
-      oom_n = n;
+    if (m.available > 0 && double(s.heads) * n * n * 4 > double(m.available)) {
+      m.oom_n = n;
       break;
     }
   }
-
-  // The documents' figures.
-  const double doc_per_head_bf16 = 65536.0 * 65536.0 * 2;  // bytes, one head
+  m.doc_per_head_bf16 = 65536.0 * 65536.0 * 2;  // bytes, one head
   // 2 bytes per BF16 entry; the measured fp32 bytes per entry (~4) confirm that S dominates.
-  const double measured_bf16_32 = doc_per_head_bf16 * 32;
-  const Point* flash_max = nullptr;
-  for (const Point& p : points[idx(Method::kFlash)]) {
-    if (p.ran) flash_max = &p;
+  m.measured_bf16_32 = m.doc_per_head_bf16 * 32;
+  for (const Point& p : m.PointsOf(Method::kFlash)) {
+    if (p.ran) m.flash_max = p;
   }
   // A 32-head, head_dim 128 layer at the largest N measured, from the measured throughput.
-  double layer_seconds = NAN;
-  if (flash_max) {
-    AttentionShape big = ShapeOf(s, flash_max->n);
+  if (m.flash_max) {
+    AttentionShape big = ShapeOf(s, m.flash_max->n);
     big.heads_q = big.heads_kv = 32;
     big.head_dim = 128;
-    layer_seconds = AttentionForwardFlops(big, true) / (flash_max->gflops * 1e9);
+    m.layer_seconds = AttentionForwardFlops(big, true) / (m.flash_max->gflops * 1e9);
   }
+}
 
-  // Checks. Memory is a property of the code, so it is checked at every size, point by point
-  // against the exact formula (MemoryCheck above); time depends on what else the machine runs,
-  // so its exponents are checks only at the default size (long runs average the noise out) and
-  // claims at --quick, which CI runs on shared machines (no timing thresholds in tests).
-  const auto in = [](double x, double lo, double hi) { return x >= lo && x <= hi; };
-  const auto time_check = [&](std::string name, bool passed, std::string detail) {
-    if (!o.quick) {
-      r.AddCheck(std::move(name), passed, std::move(detail));
-    } else {
-      r.claims.push_back({name + " (timing: a check at the default size only)",
-                          "the algorithm's cost model", name, detail, passed});
-    }
-  };
-  time_check("flash time grows ~N^2", in(ff.time.exponent, 1.6, 2.4),
-             "fitted exponent " + Fmt(ff.time.exponent, "%.2f"));
+// ---- Checks and claims. Memory is a property of the code, so it is checked at every size,
+// point by point against the exact formula (MemoryCheck); time depends on what else the machine
+// runs, so its exponents are checks only at the default size (long runs average the noise out)
+// and claims at --quick, which CI runs on shared machines (no timing thresholds in tests).
+bool InRange(double x, double lo, double hi) { return x >= lo && x <= hi; }
+
+// The time-exponent verdicts, in kMethods' report order: flash, linear, window.
+std::vector<Check> TimeVerdicts(const Measured& m) {
+  const MethodFit &ff = m.FitOf(Method::kFlash), &fw = m.FitOf(Method::kWindow), &fl = m.FitOf(Method::kLinear);
+  return {{"flash time grows ~N^2", InRange(ff.time.exponent, 1.6, 2.4),
+           "fitted exponent " + Fmt(ff.time.exponent, "%.2f")},
+          {"linear attention time grows ~N", InRange(fl.time.exponent, 0.6, 1.35),
+           "fitted exponent " + Fmt(fl.time.exponent, "%.2f")},
+          {"sliding-window time grows ~N", InRange(fw.time.exponent, 0.6, 1.35),
+           "fitted exponent " + Fmt(fw.time.exponent, "%.2f") + " (window " + std::to_string(m.s.window) + ")"}};
+}
+
+Status AddChecks(const Measured& m, ExperimentResult& r) {
+  const KernelValidation& kv = m.validation;
+  std::string detail;
+  bool ok = true;
+  for (const auto& [name, e] : kv.errs) {
+    detail += (detail.empty() ? "" : ", ") + name + " " + Fmt(e, "%.2g");
+    ok = ok && e <= kv.tol;
+  }
+  r.AddCheck("every kernel matches its reference before it is timed", ok,
+             "max |error| at N = " + std::to_string(kv.n) + ": " + detail + " (tolerance " +
+                 Fmt(kv.tol, "%.2g") + ")");
+  const std::vector<Check> time = TimeVerdicts(m);
+  if (!m.quick) r.checks.push_back(time[0]);
+  const MethodFit &fm = m.FitOf(Method::kMaterialised), &ff = m.FitOf(Method::kFlash),
+                  &fw = m.FitOf(Method::kWindow), &fl = m.FitOf(Method::kLinear);
+  const auto memory = [&](Method me) { return MemoryCheck(me, m.s, m.PointsOf(me), m.threads); };
   {
-    const MemoryVerdict v =
-        MemoryCheck(Method::kFlash, s, points[idx(Method::kFlash)], pool.num_threads());
+    const MemoryVerdict v = memory(Method::kFlash);
     r.AddCheck("flash memory grows ~N (no N x N buffer)", v.passed,
                v.detail + "; held-memory exponent " + Fmt(ff.memory.exponent, "%.2f"));
   }
   {
-    const MemoryVerdict v =
-        MemoryCheck(Method::kMaterialised, s, points[idx(Method::kMaterialised)],
-                    pool.num_threads());
+    const MemoryVerdict v = memory(Method::kMaterialised);
     r.AddCheck("materialised memory grows ~N^2", v.passed,
                v.detail + "; exponent of the measured score memory " +
                    Fmt(fm.own_memory.exponent, "%.2f") + " over " +
@@ -642,35 +632,41 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
                    Fmt(fm.memory.exponent, "%.2f") + ")");
   }
   {
-    const MemoryVerdict v =
-        MemoryCheck(Method::kLinear, s, points[idx(Method::kLinear)], pool.num_threads());
+    const MemoryVerdict v = memory(Method::kLinear);
     r.AddCheck("linear attention memory grows ~N", v.passed,
                v.detail + "; held-memory exponent " + Fmt(fl.memory.exponent, "%.2f"));
   }
   {
-    const MemoryVerdict v =
-        MemoryCheck(Method::kWindow, s, points[idx(Method::kWindow)], pool.num_threads());
+    const MemoryVerdict v = memory(Method::kWindow);
     r.AddCheck("sliding-window memory grows ~N", v.passed,
                v.detail + "; held-memory exponent " + Fmt(fw.memory.exponent, "%.2f"));
   }
-  time_check("linear attention time grows ~N", in(fl.time.exponent, 0.6, 1.35),
-             "fitted exponent " + Fmt(fl.time.exponent, "%.2f"));
-  time_check("sliding-window time grows ~N", in(fw.time.exponent, 0.6, 1.35),
-             "fitted exponent " + Fmt(fw.time.exponent, "%.2f") + " (window " +
-                 std::to_string(s.window) + ")");
-  if (!peak_ok) {
+  if (!m.quick) r.checks.push_back(time[1]), r.checks.push_back(time[2]);
+  if (!m.peak_ok) {
     r.AddCheck("the peak-memory counter can be reset", false,
                "/proc/self/clear_refs refused: per-point peak memory is not measurable here");
   }
+  return Status::Ok();
+}
 
+Status AddClaims(const Measured& m, ExperimentResult& r) {
+  if (m.quick) {
+    for (const Check& c : TimeVerdicts(m)) {
+      r.AddClaim(c.name + " (timing: a check at the default size only)", "the algorithm's cost model", c.name,
+                 c.detail, c.passed);
+    }
+  }
+  const MethodFit &fm = m.FitOf(Method::kMaterialised), &ff = m.FitOf(Method::kFlash),
+                  &fl = m.FitOf(Method::kLinear);
+  const std::optional<Point>& flash_max = m.flash_max;
   r.claims.push_back(
       {"A single attention matrix at N = 65536 in BF16 needs 8 GB (batch 1, 32 heads)",
        "a widely quoted cost figure (8 GB for one N = 65536 attention matrix)",
        "8 GB for 32 heads",
-       "measured " + Fmt(bytes_per_entry, "%.2f") + " bytes per fp32 score entry (4 in "
-           "theory; held at N = " + std::to_string(largest_materialised) +
+       "measured " + Fmt(m.bytes_per_entry, "%.2f") + " bytes per fp32 score entry (4 in "
+           "theory; held at N = " + std::to_string(m.largest_materialised) +
            "), so the matrix dominates and one 65536 x 65536 BF16 head (2 bytes) is " +
-           Bytes(doc_per_head_bf16) + " and 32 heads are " + Bytes(measured_bf16_32) +
+           Bytes(m.doc_per_head_bf16) + " and 32 heads are " + Bytes(m.measured_bf16_32) +
            ": the 8 GB figure is one head's matrix, 32x too small for 32 heads",
        false});
   r.claims.push_back(
@@ -678,40 +674,83 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
        "a widely quoted cost figure", "a layer's attention takes >= 1 s at N > 100k",
        flash_max ? "flash at N = " + std::to_string(flash_max->n) + " ran at " +
                        Fmt(flash_max->gflops, "%.0f") + " GFLOP/s here, so a 32-head, head_dim " +
-                       "128 causal layer takes " + Fmt(layer_seconds, "%.0f") +
+                       "128 causal layer takes " + Fmt(m.layer_seconds, "%.0f") +
                        " s on this CPU (an accelerator 1000x faster would still take " +
-                       Fmt(layer_seconds / 1000, "%.2f") + " s)"
+                       Fmt(m.layer_seconds / 1000, "%.2f") + " s)"
                  : "not measured",
-       flash_max && flash_max->n > 100000 && layer_seconds >= 1});
+       flash_max && flash_max->n > 100000 && m.layer_seconds >= 1});
   r.claims.push_back({"FlashAttention's extra memory is linear in N", "Dao et al. 2022",
                       "memory exponent 1", "flash " + Fmt(ff.memory.exponent, "%.2f") +
                           ", materialised " + Fmt(fm.memory.exponent, "%.2f"),
-                      in(ff.memory.exponent, 0.8, 1.2)});
+                      InRange(ff.memory.exponent, 0.8, 1.2)});
   r.claims.push_back({"Linear attention is O(N) in time and memory",
                       "Katharopoulos et al. 2020", "exponents 1",
                       "time " + Fmt(fl.time.exponent, "%.2f") + ", memory " +
                           Fmt(fl.memory.exponent, "%.2f"),
-                      in(fl.time.exponent, 0.8, 1.2) && in(fl.memory.exponent, 0.8, 1.2)});
+                      InRange(fl.time.exponent, 0.8, 1.2) && InRange(fl.memory.exponent, 0.8, 1.2)});
+  return Status::Ok();
+}
 
-  // Results and report.
+// ---- Results JSON: per method its fits and every point (measured fields null where not run).
+nlohmann::json MethodJson(const Measured& m, size_t mi) {
+  nlohmann::json jp = nlohmann::json::array();
+  const auto ran_only = [](bool ran, auto v) { return ran ? nlohmann::json(v) : nlohmann::json(); };
+  for (const Point& p : m.points[mi]) {
+    jp.push_back({{"n", p.n},
+                  {"ran", p.ran},
+                  {"skipped", p.skipped},
+                  {"seconds", ran_only(p.ran, p.seconds)},
+                  {"peak_bytes", ran_only(p.ran, p.peak_bytes)},
+                  {"held_bytes", ran_only(p.ran, p.held_bytes)},
+                  {"counted_bytes", ran_only(p.ran, p.counted_bytes)},
+                  {"io_bytes", ran_only(p.ran, p.io_bytes)},
+                  {"own_bytes", p.own_bytes},
+                  {"own_held_bytes", ran_only(p.ran, p.OwnHeld())},
+                  {"expected_bytes", p.expected_bytes},
+                  {"gflops", p.gflops > 0 ? nlohmann::json(p.gflops) : nlohmann::json()}});
+  }
+  const MethodFit& f = m.fits[mi];
+  return {{"method", MethodName(kMethods[mi])},
+          {"time_exponent", f.time.exponent},
+          {"memory_exponent", f.memory.exponent},
+          {"own_memory_exponent", f.own_memory.exponent},
+          {"peak_memory_exponent", f.peak_memory.exponent},
+          {"fit_points", f.time.points},
+          {"memory_fit_points", f.memory.points},
+          {"points", jp}};
+}
+
+Status AddResults(const Measured& m, ExperimentResult& r) {
+  const Sizes& s = m.s;
+  nlohmann::json jm = nlohmann::json::array();
+  for (size_t mi = 0; mi < std::size(kMethods); ++mi) jm.push_back(MethodJson(m, mi));
   r.results = {{"heads", s.heads},
                {"head_dim", s.head_dim},
                {"window", s.window},
                {"causal", true},
-               {"threads", pool.num_threads()},
-               {"materialised_budget_bytes", budget},
-               {"mem_available_bytes", available},
-               {"materialised_out_of_memory_n", oom_n},
-               {"held_slack_bytes", HeldSlack(pool.num_threads())},
-               {"bytes_per_score_entry", bytes_per_entry},
-               {"doc_claim_bf16_32_heads_bytes", measured_bf16_32},
-               {"layer_32x128_seconds_at_max_n", layer_seconds},
+               {"threads", m.threads},
+               {"materialised_budget_bytes", m.budget},
+               {"mem_available_bytes", m.available},
+               {"materialised_out_of_memory_n", m.oom_n},
+               {"held_slack_bytes", HeldSlack(m.threads)},
+               {"bytes_per_score_entry", m.bytes_per_entry},
+               {"doc_claim_bf16_32_heads_bytes", m.measured_bf16_32},
+               {"layer_32x128_seconds_at_max_n", m.layer_seconds},
                {"methods", jm}};
+  return Status::Ok();
+}
 
-  const std::string shape = std::to_string(s.heads) + " heads, head_dim " +
-                            std::to_string(s.head_dim) + ", causal, fp32, " +
-                            std::to_string(pool.num_threads()) + " threads";
-  r.summary = "Fitted exponents of time / held memory against N (" + shape +
+// "H heads, head_dim D, causal, fp32, T threads".
+std::string ShapeText(const Measured& m) {
+  return std::to_string(m.s.heads) + " heads, head_dim " + std::to_string(m.s.head_dim) + ", causal, fp32, " +
+         std::to_string(m.threads) + " threads";
+}
+
+// ---- Summary.
+Status AddSummary(const Measured& m, ExperimentResult& r) {
+  const MethodFit &fm = m.FitOf(Method::kMaterialised), &ff = m.FitOf(Method::kFlash),
+                  &fw = m.FitOf(Method::kWindow), &fl = m.FitOf(Method::kLinear);
+  r.summary = "Fitted exponents of time / held memory against N (" + ShapeText(m) +
               "): materialised " + Fmt(fm.time.exponent, "%.2f") + " / " +
               Fmt(fm.memory.exponent, "%.2f") + " (its score memory alone " +
               Fmt(fm.own_memory.exponent, "%.2f") + ")" +
@@ -719,32 +758,27 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
               Fmt(ff.memory.exponent, "%.2f") + ", window " + Fmt(fw.time.exponent, "%.2f") +
               " / " + Fmt(fw.memory.exponent, "%.2f") + ", linear " +
               Fmt(fl.time.exponent, "%.2f") + " / " + Fmt(fl.memory.exponent, "%.2f") +
-              ". Materialised attention stops at N = " + std::to_string(largest_materialised) +
-              " (budget " + Bytes(budget) + ")" +
-              (oom_n ? " and would exceed this machine's available memory from N = " +
-                           std::to_string(oom_n)
-                     : std::string()) +
-              "; flash reaches N = " + (flash_max ? std::to_string(flash_max->n) : "-") +
+              ". Materialised attention stops at N = " + std::to_string(m.largest_materialised) +
+              " (budget " + Bytes(m.budget) + ")" +
+              (m.oom_n ? " and would exceed this machine's available memory from N = " +
+                             std::to_string(m.oom_n)
+                       : std::string()) +
+              "; flash reaches N = " + (m.flash_max ? std::to_string(m.flash_max->n) : "-") +
               " with memory linear in N. The documents' 8 GB at N = 65536 is one head's BF16 "
-              "matrix: 32 heads need " + Bytes(measured_bf16_32) + ".";
+              "matrix: 32 heads need " + Bytes(m.measured_bf16_32) + ".";
+  return Status::Ok();
+}
 
-  report::HtmlReport& h = r.html;
-  h.AddSummaryFact("shape", shape);
-  h.AddSummaryFact("flash exponents (time / memory)", Fmt(ff.time.exponent, "%.2f") + " / " +
-                                                           Fmt(ff.memory.exponent, "%.2f"));
-  h.AddSummaryFact("materialised memory exponent (scores alone)",
-                   Fmt(fm.memory.exponent, "%.2f") + " (" + Fmt(fm.own_memory.exponent, "%.2f") +
-                       ")");
-  h.AddSummaryFact("linear exponents (time / memory)", Fmt(fl.time.exponent, "%.2f") + " / " +
-                                                            Fmt(fl.memory.exponent, "%.2f"));
+// ---- The page.
+void AddScalingSection(const Measured& m, report::HtmlReport& h) {
   h.AddSection("scaling", "Time and memory against N");
-  h.AddParagraph("One causal attention forward per method and N on random inputs (" + shape +
+  h.AddParagraph("One causal attention forward per method and N on random inputs (" + ShapeText(m) +
                  "). Time is the kernel alone. Held memory is the resident bytes after the run "
                  "with the method's buffers alive (Q, K, V, O and its own: S, lse or "
                  "denominators), minus what was resident before, read exactly from the page "
                  "tables; peak memory also counts the kernel's transient scratch. Lines are "
                  "measurements; time exponents are least-squares fits over N >= " +
-                 std::to_string(2 * s.n_min) + ", memory exponents over every N.");
+                 std::to_string(2 * m.s.n_min) + ", memory exponents over every N.");
   report::XyPlot tp, mp;
   tp.title = "Time per forward";
   mp.title = "Held memory per forward";
@@ -755,11 +789,9 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
   std::vector<std::string> cols = {"N"};
   for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
     report::Series st, sm;
-    st.name = std::string(MethodName(kMethods[mi])) + " (slope " +
-              Fmt(fits[mi].time.exponent, "%.2f") + ")";
-    sm.name = std::string(MethodName(kMethods[mi])) + " (slope " +
-              Fmt(fits[mi].memory.exponent, "%.2f") + ")";
-    for (const Point& p : points[mi]) {
+    st.name = std::string(MethodName(kMethods[mi])) + " (slope " + Fmt(m.fits[mi].time.exponent, "%.2f") + ")";
+    sm.name = std::string(MethodName(kMethods[mi])) + " (slope " + Fmt(m.fits[mi].memory.exponent, "%.2f") + ")";
+    for (const Point& p : m.points[mi]) {
       if (!p.ran) continue;
       st.x.push_back(double(p.n));
       st.y.push_back(p.seconds);
@@ -771,19 +803,16 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
     cols.push_back(std::string(MethodName(kMethods[mi])) + " s");
     cols.push_back(std::string(MethodName(kMethods[mi])) + " held / peak");
   }
-  h.AddFigure(report::RenderLinePlot(tp), "Time against N, log-log; the slope is the exponent.",
-              "time");
+  h.AddFigure(report::RenderLinePlot(tp), "Time against N, log-log; the slope is the exponent.", "time");
   h.AddFigure(report::RenderLinePlot(mp),
-              "Held memory against N, log-log; materialised holds [H, N, N] fp32 scores.",
-              "memory");
+              "Held memory against N, log-log; materialised holds [H, N, N] fp32 scores.", "memory");
   std::vector<std::vector<std::string>> rows;
-  for (size_t i = 0; i < ns.size(); ++i) {
-    std::vector<std::string> row = {std::to_string(ns[i])};
+  for (size_t i = 0; i < m.ns.size(); ++i) {
+    std::vector<std::string> row = {std::to_string(m.ns[i])};
     for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
-      const Point& p = points[mi][i];
+      const Point& p = m.points[mi][i];
       row.push_back(p.ran ? Fmt(p.seconds, "%.3g") : "-");
-      row.push_back(p.ran ? Bytes(double(p.held_bytes)) + " / " + Bytes(double(p.peak_bytes))
-                          : "-");
+      row.push_back(p.ran ? Bytes(double(p.held_bytes)) + " / " + Bytes(double(p.peak_bytes)) : "-");
     }
     rows.push_back(row);
   }
@@ -791,12 +820,10 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
                          "(materialised: over the memory budget).");
   std::vector<std::vector<std::string>> erows;
   for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
-    erows.push_back({MethodName(kMethods[mi]), Fmt(fits[mi].time.exponent, "%.2f"),
-                     Fmt(fits[mi].memory.exponent, "%.2f"),
-                     Fmt(fits[mi].own_memory.exponent, "%.2f"),
-                     Fmt(fits[mi].peak_memory.exponent, "%.2f"),
-                     std::to_string(fits[mi].time.points) + " / " +
-                         std::to_string(fits[mi].memory.points)});
+    const MethodFit& f = m.fits[mi];
+    erows.push_back({MethodName(kMethods[mi]), Fmt(f.time.exponent, "%.2f"), Fmt(f.memory.exponent, "%.2f"),
+                     Fmt(f.own_memory.exponent, "%.2f"), Fmt(f.peak_memory.exponent, "%.2f"),
+                     std::to_string(f.time.points) + " / " + std::to_string(f.memory.points)});
   }
   h.AddTable({"method", "time exponent", "held memory exponent", "own buffer exponent",
               "peak memory exponent", "points fitted (time / memory)"},
@@ -804,13 +831,15 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
              "Fitted exponents (theory: materialised 2 / 2, flash 2 / 1, window 1 / 1, linear "
              "1 / 1; materialised's held memory includes O(N) Q, K, V, O, so its exponent "
              "approaches 2 from below; its own buffer, the scores, is exactly N^2).");
+}
+
+void AddMemorySection(const Measured& m, report::HtmlReport& h) {
   std::vector<std::vector<std::string>> mrows;
   for (size_t mi = 0; mi < std::size(kMethods); ++mi) {
-    for (const Point& p : points[mi]) {
-      if (p.ran && p.n == largest_materialised) {
-        mrows.push_back({MethodName(kMethods[mi]), std::to_string(p.n),
-                         Bytes(double(p.held_bytes)), Bytes(double(p.peak_bytes)),
-                         Bytes(double(p.expected_bytes)),
+    for (const Point& p : m.points[mi]) {
+      if (p.ran && p.n == m.largest_materialised) {
+        mrows.push_back({MethodName(kMethods[mi]), std::to_string(p.n), Bytes(double(p.held_bytes)),
+                         Bytes(double(p.peak_bytes)), Bytes(double(p.expected_bytes)),
                          Fmt(double(p.held_bytes) / double(p.expected_bytes), "%.3f")});
       }
     }
@@ -820,13 +849,44 @@ Result<ExperimentResult> Run(const ExperimentOptions& o) {
              "Measured memory against the bytes each method must hold (Q, K, V, O plus S for "
              "materialised, lse or denominators otherwise) at the largest N materialised ran.");
   h.AddParagraph(
-      "Materialised attention's score matrix costs " + Fmt(bytes_per_entry, "%.2f") +
-      " bytes per entry measured (4 in fp32). With " + std::to_string(s.heads) +
-      " heads it would exceed the " + Bytes(available) + " available on this machine from N = " +
-      (oom_n ? std::to_string(oom_n) : std::string("-")) +
-      ". The documents' figure: a 65536 x 65536 BF16 matrix is " + Bytes(doc_per_head_bf16) +
-      " per head, so with 32 heads " + Bytes(measured_bf16_32) + ", not 8 GB.");
-  return r;
+      "Materialised attention's score matrix costs " + Fmt(m.bytes_per_entry, "%.2f") +
+      " bytes per entry measured (4 in fp32). With " + std::to_string(m.s.heads) +
+      " heads it would exceed the " + Bytes(m.available) + " available on this machine from N = " +
+      (m.oom_n ? std::to_string(m.oom_n) : std::string("-")) +
+      ". The documents' figure: a 65536 x 65536 BF16 matrix is " + Bytes(m.doc_per_head_bf16) +
+      " per head, so with 32 heads " + Bytes(m.measured_bf16_32) + ", not 8 GB.");
+}
+
+Status AddHtml(const Measured& m, ExperimentResult& r) {
+  const MethodFit &fm = m.FitOf(Method::kMaterialised), &ff = m.FitOf(Method::kFlash),
+                  &fl = m.FitOf(Method::kLinear);
+  report::HtmlReport& h = r.html;
+  h.AddSummaryFact("shape", ShapeText(m));
+  h.AddSummaryFact("flash exponents (time / memory)",
+                   Fmt(ff.time.exponent, "%.2f") + " / " + Fmt(ff.memory.exponent, "%.2f"));
+  h.AddSummaryFact("materialised memory exponent (scores alone)",
+                   Fmt(fm.memory.exponent, "%.2f") + " (" + Fmt(fm.own_memory.exponent, "%.2f") + ")");
+  h.AddSummaryFact("linear exponents (time / memory)",
+                   Fmt(fl.time.exponent, "%.2f") + " / " + Fmt(fl.memory.exponent, "%.2f"));
+  AddScalingSection(m, h);
+  AddMemorySection(m, h);
+  return Status::Ok();
+}
+
+// configure -> validate the kernels -> measure every method at every N -> fit -> report.
+Result<ExperimentResult> Run(const ExperimentOptions& o) {
+  auto m = std::make_unique<Measured>();
+  m->s = SizesFor(o.quick);
+  m->quick = o.quick;
+  ThreadPool& pool = DefaultThreadPool();
+  m->threads = pool.num_threads();
+  // Fixed malloc thresholds (see HeldSlack): a freed block never makes glibc keep more. For the
+  // rest of this process (an experiment runs in its own `attnlab experiment` process).
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocThreshold));
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kMallocThreshold));
+  ATTNLAB_RETURN_IF_ERROR(MeasureAll(o, pool, *m));
+  Derive(*m);
+  return AssembleReport<Measured>(*m, {AddChecks, AddClaims, AddResults, AddSummary, AddHtml});
 }
 
 }  // namespace

@@ -92,6 +92,161 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config) {
 
 ThreadPool* Gpt::pool() const { return pool_ ? pool_ : &DefaultThreadPool(); }
 
+namespace {
+
+// The configured normalisation (LayerNorm or RMSNorm) over the N rows of the stream.
+struct Norm {
+  const ModelConfig& c;
+  int64_t N;
+  ThreadPool& tp;
+  void Forward(const float* x, const float* w, const float* bias, float* y, float* mean,
+               float* rstd) const {
+    if (c.norm_type == NormType::kRmsNorm) {
+      internal::RmsNormForward(N, c.d_model, x, w, c.norm_eps, y, rstd, &tp);
+    } else {
+      internal::LayerNormForward(N, c.d_model, x, w, bias, c.norm_eps, y, mean, rstd, &tp);
+    }
+  }
+  // dx += J^T dy, dw += ..., db += ... (ops.h).
+  void Backward(const float* dy, const float* x, const float* w, const float* mean,
+                const float* rstd, float* dx, float* dw, float* db) const {
+    if (c.norm_type == NormType::kRmsNorm) {
+      internal::RmsNormBackward(N, c.d_model, dy, x, w, rstd, dx, dw, &tp);
+    } else {
+      internal::LayerNormBackward(N, c.d_model, dy, x, w, mean, rstd, dx, dw, db, &tp);
+    }
+  }
+};
+
+// The residual branch's scale alpha of sublayer 0 (attention) or 1 (MLP): the layer's ReZero
+// alpha, else 1 / sqrt(2 L) (inv_sqrt_2l) or 1. The skip path's scale is deepnorm_alpha().
+float BranchScale(const ModelConfig& c, const LayerParams& lp, int sublayer) {
+  if (lp.rezero) return lp.rezero[sublayer];
+  return c.residual_scale == ResidualScale::kInvSqrt2L ? 1.0f / std::sqrt(2.0f * c.n_layer)
+                                                       : 1.0f;
+}
+
+void ZeroFill(AlignedBuffer<float>& b, int64_t n) { std::fill(b.data(), b.data() + n, 0.0f); }
+
+// One sublayer's residual connection and its post-LN (model_config.h's algorithm box):
+//   s = skip x + alpha f (residual) or f;  y = Norm(s) (post-LN) or y = s.
+// skip = deepnorm_alpha(), alpha = BranchScale(). All rows [N, C].
+struct ResidualLink {
+  const float* x = nullptr;  // the sublayer's input (the skip path)
+  const float* f = nullptr;  // the branch output (attention projection o, or MLP output m)
+  float* s = nullptr;        // the sum, kept for post-LN's backward; null otherwise
+  float* y = nullptr;        // the sublayer's output
+  float alpha = 1.0f;
+  const float *w = nullptr, *b = nullptr;  // post-LN norm parameters
+  float *mean = nullptr, *rstd = nullptr;  // [N] post-LN norm statistics
+};
+
+void ResidualForward(const Norm& norm, const ResidualLink& r) {
+  const ModelConfig& c = norm.c;
+  const int64_t C = c.d_model;
+  const bool post = c.norm == NormPlacement::kPost;
+  const float skip = c.deepnorm_alpha();
+  float* s = post ? r.s : r.y;  // without post-LN the output is the sum itself
+  norm.tp.ParallelFor(norm.N, [&](int64_t n, int) {
+    for (int64_t i = n * C; i < (n + 1) * C; ++i) {
+      s[i] = c.residual ? skip * r.x[i] + r.alpha * r.f[i] : r.f[i];
+    }
+  });
+  if (post) norm.Forward(s, r.w, r.b, r.y, r.mean, r.rstd);
+}
+
+// The two residual connections of a layer, from its saved activations `a` (Gpt::Layer(l), a
+// private type, hence deduced) and parameters: attention (x -> mid, through o, LN1) and MLP
+// (mid -> out, through m, LN2).
+template <typename LayerActivations>
+ResidualLink AttentionResidual(const ModelConfig& c, const LayerParams& lp,
+                               const LayerActivations& a) {
+  return ResidualLink{a.x,     a.o,      a.sum1,     a.mid,     BranchScale(c, lp, 0),
+                      lp.ln1_w, lp.ln1_b, a.ln1_mean, a.ln1_rstd};
+}
+template <typename LayerActivations>
+ResidualLink MlpResidual(const ModelConfig& c, const LayerParams& lp, const LayerActivations& a) {
+  return ResidualLink{a.mid,    a.m,      a.sum2,     a.out,     BranchScale(c, lp, 1),
+                      lp.ln2_w, lp.ln2_b, a.ln2_mean, a.ln2_rstd};
+}
+
+// The reverse, from dy = dL/dy: d_s = Norm^T dy (post-LN, into d_sum, with the norm's weight
+// gradients dw, db) or dy; then d_f = alpha d_s (or d_s) and d_x = skip d_s (or 0), both
+// WRITTEN; ReZero's d_alpha += <d_s, f> when d_alpha is given.
+void ResidualBackward(const Norm& norm, const ResidualLink& r, const float* dy,
+                      AlignedBuffer<float>& d_sum, float* dw, float* db, float* d_alpha,
+                      float* d_f, float* d_x) {
+  const ModelConfig& c = norm.c;
+  const int64_t N = norm.N, C = c.d_model;
+  const float skip = c.deepnorm_alpha();
+  const float* ds = dy;
+  if (c.norm == NormPlacement::kPost) {
+    ZeroFill(d_sum, N * C);
+    norm.Backward(dy, r.s, r.w, r.mean, r.rstd, d_sum.data(), dw, db);
+    ds = d_sum.data();
+  }
+  if (d_alpha && c.residual) *d_alpha += static_cast<float>(Dot(N * C, ds, r.f, norm.tp));
+  norm.tp.ParallelFor(N, [&](int64_t n, int) {
+    for (int64_t i = n * C; i < (n + 1) * C; ++i) {
+      d_f[i] = c.residual ? r.alpha * ds[i] : ds[i];
+      d_x[i] = c.residual ? skip * ds[i] : 0.0f;
+    }
+  });
+}
+
+// dst[N, C] += scale * g[N, C]: an auxiliary loss's gradient on an activation, scaled like the
+// loss' own (AuxiliaryGradients).
+void AddScaled(int64_t N, int64_t C, const float* g, float scale, float* dst, ThreadPool& tp) {
+  tp.ParallelFor(N, [&](int64_t n, int) {
+    for (int64_t i = n * C; i < (n + 1) * C; ++i) dst[i] += scale * g[i];
+  });
+}
+
+}  // namespace
+
+Gpt::LayerActivations Gpt::Layer(int64_t l) {
+  const ModelConfig& c = config_;
+  const int64_t N = N_, C = c.d_model, F = c.hidden(), H = c.n_head, Q = c.qkv_dim();
+  Activations& a = acts_;
+  // Layer l's slice of a buffer with `per_layer` floats per layer; null where it is not kept.
+  auto slice = [l](AlignedBuffer<float>& b, int64_t per_layer) {
+    return b.size() == 0 ? nullptr : b.data() + l * per_layer;
+  };
+  LayerActivations v;
+  v.x = slice(a.res, N * C);
+  v.mid = slice(a.mid, N * C);
+  v.out = a.res.data() + (l + 1) * N * C;
+  v.ln1 = slice(a.ln1, N * C), v.ln2 = slice(a.ln2, N * C);
+  v.sum1 = slice(a.sum1, N * C), v.sum2 = slice(a.sum2, N * C);
+  v.ln1_mean = slice(a.ln1_mean, N), v.ln1_rstd = slice(a.ln1_rstd, N);
+  v.ln2_mean = slice(a.ln2_mean, N), v.ln2_rstd = slice(a.ln2_rstd, N);
+  v.qkv = slice(a.qkv, N * Q);
+  v.att = slice(a.att, N * C);
+  v.lse = slice(a.lse, N * H);
+  v.gate = slice(a.gate, N * H);
+  v.attg = slice(a.attg, N * C);
+  v.o = slice(a.o, N * C);
+  v.h = slice(a.h, N * F), v.gelu = slice(a.gelu, N * F);
+  v.m = slice(a.m, N * C);
+  return v;
+}
+
+AttentionParams Gpt::MakeAttentionParams(int64_t l) const {
+  const ModelConfig& c = config_;
+  AttentionParams ap;
+  ap.mask.causal = c.causal;
+  ap.mask.mask_first_key = c.mask_first_key;
+  if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
+  ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
+  if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
+  ap.softmax = c.softmax;
+  ap.sigmoid_bias = c.effective_sigmoid_bias();
+  ap.pool = pool();
+  const float* sink = params_.ptrs().layers[l].sink;  // softmax sink_logit only
+  if (sink) ap.sink_logits = std::span<const float>(sink, c.n_head);
+  return ap;
+}
+
 void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   const ModelConfig& c = config_;
   const int64_t N = B * Tm, L = c.n_layer, C = c.d_model, F = c.hidden(), H = c.n_head;
@@ -121,21 +276,29 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.lnf_mean.Resize(N);
   a.lnf_rstd.Resize(N);
   a.losses.Resize(N);
-  logits_.Resize(N * c.vocab_size);
-  for (auto* s : {&d_res_, &d_mid_, &d_tmp_, &d_in_}) s->Resize(N * C);
-  d_qkv_.Resize(N * Q);
-  d_f1_.Resize(c.mlp ? N * F : 0);
-  d_f2_.Resize(c.mlp ? N * F : 0);
-  d_gate_.Resize(c.output_gate ? N * H : 0);
-  d_sink_.Resize(H);
+  head_.values.Resize(N * c.vocab_size);
+  Gradients& d = d_;
+  for (auto* s : {&d.residual, &d.mid, &d.o, &d.attg, &d.attn_in}) s->Resize(N * C);
+  d.lnf_out.Resize(pre ? N * C : 0);
+  d.sum2.Resize(post && c.mlp ? N * C : 0);
+  d.m.Resize(c.mlp ? N * C : 0);
+  d.gelu.Resize(c.mlp ? N * F : 0);
+  d.h.Resize(c.mlp ? N * F : 0);
+  d.ln2.Resize(pre && c.mlp ? N * C : 0);
+  d.sum1.Resize(post ? N * C : 0);
+  d.att.Resize(c.output_gate ? N * C : 0);
+  d.gate.Resize(c.output_gate ? N * H : 0);
+  d.qkv.Resize(N * Q);
+  d.sink.Resize(H);
 }
 
 // ------------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------------
-Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
-                    double* loss, KvCache* cache) {
+Status Gpt::CheckForwardInputs(const int32_t* tokens, const int32_t* targets, int64_t B,
+                               int64_t T, const KvCache* cache) const {
   const ModelConfig& c = config_;
+  if (!tokens) return Status::InvalidArgument("forward needs tokens");
   if (B < 1 || T < 1) return Status::InvalidArgument("forward needs at least one token");
   if (cache && B != 1) return Status::InvalidArgument("a KV-cache forward takes one sequence");
   if (cache && !c.causal) {
@@ -159,32 +322,28 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   }
   // Linear attention decodes from its running state (LinearAttentionCache), not from keys.
   const bool linear = c.attention_type == AttentionType::kLinear;
-  LinearAttentionCache* state_cache = nullptr;
-  if (cache && linear) {
-    state_cache = dynamic_cast<LinearAttentionCache*>(cache);
-    if (!state_cache) {
-      return Status::InvalidArgument(
-          "a linear-attention model decodes with a LinearAttentionCache (its running state), "
-          "not a key/value cache; make it with MakeKvCache(config)");
-    }
+  if (cache && linear && !dynamic_cast<const LinearAttentionCache*>(cache)) {
+    return Status::InvalidArgument(
+        "a linear-attention model decodes with a LinearAttentionCache (its running state), "
+        "not a key/value cache; make it with MakeKvCache(config)");
   }
   if (observer_ && linear) {
     return Status::InvalidArgument(
         "forward observers (attnlab analyze) measure softmax attention's probabilities; a "
         "linear-attention model has none to observe");
   }
-  const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0, Tm = T + off;
-  EnsureActivations(B, Tm);
-  ThreadPool& tp = *pool();
-  const int64_t N = N_, L = c.n_layer, C = c.d_model, F = c.hidden(), H = c.n_head;
-  const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim(), V = c.vocab_size;
-  const ModelParams& P = params_.ptrs();
-  Activations& a = acts_;
-  has_targets_ = targets != nullptr && !cache;
-  cached_ = cache != nullptr;
+  return Status::Ok();
+}
 
-  tokens_.assign(N, -1);
-  targets_.assign(N, -1);
+// Rows of the [N] token and target arrays (the sink row, if any, first in each sequence with
+// token and target -1) and the [Tm] positions: 0 .. Tm-1, or the cache's next ones. Grows the
+// RoPE table past the positions reached; refuses positions past a learned table.
+Status Gpt::PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                        int64_t off, KvCache* cache) {
+  const ModelConfig& c = config_;
+  const int64_t Tm = T + off;
+  tokens_.assign(N_, -1);
+  targets_.assign(N_, -1);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       tokens_[b * Tm + t + off] = tokens[b * T + t];
@@ -197,7 +356,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     positions_.resize(Tm);
     for (int64_t t = 0; t < Tm; ++t) positions_[t] = t;
   }
-  if (P.wpe && positions_.back() >= c.max_positions()) {
+  if (params_.ptrs().wpe && positions_.back() >= c.max_positions()) {
     return Status::OutOfRange("position " + std::to_string(positions_.back()) +
                               " is past the learned position table (" +
                               std::to_string(c.max_positions()) +
@@ -208,10 +367,15 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
                              RopeTable::Make(rope_->config(), 2 * positions_.back() + 1));
     *rope_ = std::move(bigger);
   }
+  return Status::Ok();
+}
 
-  // Embedding: x0 = wte[token] (or the sink token) + wpe[position].
-  float* x0 = a.res.data();
-  tp.ParallelFor(N, [&](int64_t n, int) {
+// x0 = wte[token] (or the sink token) + wpe[position].
+void Gpt::EmbedForward() {
+  const int64_t N = N_, Tm = Tm_, C = config_.d_model;
+  const ModelParams& P = params_.ptrs();
+  float* x0 = acts_.res.data();
+  pool()->ParallelFor(N, [&](int64_t n, int) {
     const int64_t t = n % Tm;
     float* row = x0 + n * C;
     const float* src = tokens_[n] < 0 ? P.sink_token : P.wte + int64_t(tokens_[n]) * C;
@@ -221,389 +385,362 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       for (int64_t i = 0; i < C; ++i) row[i] += pe[i];
     }
   });
+}
 
-  AttentionParams ap;
-  ap.mask.causal = c.causal;
-  ap.mask.mask_first_key = c.mask_first_key;
-  if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
-  ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
-  if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
-  ap.softmax = c.softmax;
-  ap.sigmoid_bias = c.effective_sigmoid_bias();
-  ap.pool = &tp;
-  const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
-  const bool rms = c.norm_type == NormType::kRmsNorm;
-  auto norm_forward = [&](const float* x, const float* w, const float* bias, float* y,
-                          float* mean, float* rstd) {
-    if (rms) {
-      internal::RmsNormForward(N, C, x, w, c.norm_eps, y, rstd, &tp);
-    } else {
-      internal::LayerNormForward(N, C, x, w, bias, c.norm_eps, y, mean, rstd, &tp);
-    }
-  };
-  const float fixed_scale =
-      c.residual_scale == ResidualScale::kInvSqrt2L ? 1.0f / std::sqrt(2.0f * L) : 1.0f;
-  const float skip = c.deepnorm_alpha();  // DeepNorm's alpha on the skip path, else 1
+// The attention sublayer of layer l, from x to mid (Layer(l)):
+//   a_in = LN1(x) (pre-LN) or x;  qkv = a_in W_qkv + b (RoPE on q, k);  att = attention;
+//   attg = g * att, g = sigmoid(a_in W_g + b_g) (output gate) or att;  o = attg W_proj + b;
+//   s1 = skip x + alpha1 o (residual) or o;  mid = LN1(s1) (post-LN) or s1.
+// Fills what the observer sees of the attention (*seen).
+Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
+                                  LayerTensors* seen) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head;
+  const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const LayerActivations a = Layer(l);
+  const Norm norm{c, N, tp};
+  const bool pre = c.norm == NormPlacement::kPre;
 
-  for (int64_t l = 0; l < L; ++l) {
-    const LayerParams& lp = P.layers[l];
-    const float* x = a.res.data() + l * N * C;
-    float* mid = a.mid.data() + l * N * C;
-    float* ln1_mean = a.ln1_mean.data() + l * N;
-    float* ln1_rstd = a.ln1_rstd.data() + l * N;
-    // --- attention sublayer: a_in = LN1(x) (pre-LN) or x.
-    const float* a_in = x;
-    if (pre) {
-      float* y = a.ln1.data() + l * N * C;
-      norm_forward(x, lp.ln1_w, lp.ln1_b, y, ln1_mean, ln1_rstd);
-      a_in = y;
-    }
-    float* qkv = a.qkv.data() + l * N * Q;
-    LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, qkv, &tp);
-    QkvViews views = MakeQkvViews(qkv, B, Tm, H, Hkv, hd);
-    if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
-    AttentionTensor k_all = Const(views.k), v_all = Const(views.v);
-    AttentionShape shape{B, H, Hkv, Tm, Tm, hd};
-    if (cache && !linear) {  // the cache rotates (or not) and stores the new keys; attend to
-                             // all it holds
-      ATTNLAB_RETURN_IF_ERROR(cache->Update(l, views.k.data, views.v.data, Q, rope_.get(), &k_all,
-                                            &v_all, &shape.len_k));
-    } else if (rope_) {
-      ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.k, B, Hkv, Tm, positions_));
-    }
-    float* att = a.att.data() + l * N * C;
-    float* lse = a.lse.data() + l * N * H;  // linear attention: its denominators
-    if (linear) {
-      // O_i = sum_{j <= i} phi(q_i).phi(k_j) v_j / (sum_j phi(q_i).phi(k_j) + eps), continuing
-      // the cache's state when decoding (updated in place); one token runs the recurrence.
-      LinearAttentionParams lap;
-      lap.pool = &tp;
-      const std::span<float> state = state_cache ? state_cache->State(l) : std::span<float>();
-      const auto kernel =
-          state_cache && Tm == 1 ? LinearAttentionForwardRecurrent : LinearAttentionForwardChunked;
-      ATTNLAB_RETURN_IF_ERROR(kernel(shape, lap, Const(views.q), k_all, v_all,
-                                     TokenMajorView(att, B, H, Tm, hd),
-                                     std::span<float>(lse, N * H), state, state));
-    } else if (cache && !k_all.data) {
-      // A 16-bit cache's one-token step (kv_cache.h): attend over its own storage. B = T = 1,
-      // so q is the [H, hd] head rows of the token and att its [H, hd] output.
-      KvView kh, vh;
-      int64_t n = 0;
-      if (!cache->DecodeViews(l, &kh, &vh, &n)) {
-        return Status::Internal("the KV cache handed out no keys and has no decode views");
-      }
-      DecodeParams dp;
-      dp.pool = &tp;
-      ATTNLAB_RETURN_IF_ERROR(AttentionDecode(DecodeShape{H, Hkv, n, hd}, dp,
-                                              std::span<const float>(views.q.data, H * hd), kh,
-                                              vh, std::span<float>(att, H * hd),
-                                              std::span<float>(lse, H)));
-    } else {
-      if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
-      ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(shape, ap, Const(views.q), k_all, v_all,
-                                                    TokenMajorView(att, B, H, Tm, hd),
-                                                    std::span<float>(lse, N * H)));
-    }
-    const float* attg = att;
-    if (c.output_gate) {
-      // g = sigmoid(a_in W_g + b_g) per (token, head); attg[n, h, :] = g[n, h] * att[n, h, :].
-      float* g = a.gate.data() + l * N * H;
-      float* ag = a.attg.data() + l * N * C;
-      LinearForward(N, C, H, a_in, lp.gate_w, lp.gate_b, g, &tp);
-      tp.ParallelFor(N, [&](int64_t n, int) {
-        for (int64_t h = 0; h < H; ++h) {
-          float& gv = g[n * H + h];
-          gv = 1.0f / (1.0f + std::exp(-gv));
-          for (int64_t d = 0; d < hd; ++d) ag[n * C + h * hd + d] = gv * att[n * C + h * hd + d];
-        }
-      });
-      attg = ag;
-    }
-    float* o = a.o.data() + l * N * C;
-    LinearForward(N, C, C, attg, lp.proj_w, lp.proj_b, o, &tp);
-    // s = skip x + alpha o (residual) or o; post-LN: mid = LN1(s), else mid = s.
-    const float alpha1 = lp.rezero ? lp.rezero[0] : fixed_scale;
-    float* s1 = post ? a.sum1.data() + l * N * C : mid;
+  const float* a_in = a.x;
+  if (pre) {
+    norm.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    a_in = a.ln1;
+  }
+  LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
+  QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
+  if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
+  AttentionTensor k_all = Const(views.k), v_all = Const(views.v);
+  AttentionShape shape{B, H, Hkv, Tm, Tm, hd};
+  if (cache && c.attention_type != AttentionType::kLinear) {
+    // The cache rotates (or not) and stores the new keys; attend to all it holds.
+    ATTNLAB_RETURN_IF_ERROR(cache->Update(l, views.k.data, views.v.data, Q, rope_.get(), &k_all,
+                                          &v_all, &shape.len_k));
+  } else if (rope_) {
+    ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.k, B, Hkv, Tm, positions_));
+  }
+  ATTNLAB_RETURN_IF_ERROR(AttentionCoreForward(l, ap, cache, shape, Const(views.q), k_all, v_all));
+
+  const float* attg = a.att;
+  if (c.output_gate) {
+    // g[n, h] = sigmoid(a_in W_g + b_g); attg[n, h, :] = g[n, h] * att[n, h, :].
+    float* g = a.gate;
+    LinearForward(N, C, H, a_in, lp.gate_w, lp.gate_b, g, &tp);
     tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-        s1[i] = c.residual ? skip * x[i] + alpha1 * o[i] : o[i];
+      for (int64_t h = 0; h < H; ++h) {
+        float& gv = g[n * H + h];
+        gv = 1.0f / (1.0f + std::exp(-gv));
+        for (int64_t d = 0; d < hd; ++d) a.attg[n * C + h * hd + d] = gv * a.att[n * C + h * hd + d];
       }
     });
-    if (post) norm_forward(s1, lp.ln1_w, lp.ln1_b, mid, ln1_mean, ln1_rstd);
-
-    // --- MLP sublayer.
-    float* out = a.res.data() + (l + 1) * N * C;
-    if (c.mlp) {
-      float* ln2_mean = a.ln2_mean.data() + l * N;
-      float* ln2_rstd = a.ln2_rstd.data() + l * N;
-      const float* m_in = mid;
-      if (pre) {
-        float* y = a.ln2.data() + l * N * C;
-        norm_forward(mid, lp.ln2_w, lp.ln2_b, y, ln2_mean, ln2_rstd);
-        m_in = y;
-      }
-      float* h = a.h.data() + l * N * F;
-      float* ge = a.gelu.data() + l * N * F;
-      float* m = a.m.data() + l * N * C;
-      LinearForward(N, C, F, m_in, lp.fc_w, lp.fc_b, h, &tp);
-      internal::GeluForward(N * F, h, ge, &tp);
-      LinearForward(N, F, C, ge, lp.fcproj_w, lp.fcproj_b, m, &tp);
-      const float alpha2 = lp.rezero ? lp.rezero[1] : fixed_scale;
-      float* s2 = post ? a.sum2.data() + l * N * C : out;
-      tp.ParallelFor(N, [&](int64_t n, int) {
-        for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-          s2[i] = c.residual ? skip * mid[i] + alpha2 * m[i] : m[i];
-        }
-      });
-      if (post) norm_forward(s2, lp.ln2_w, lp.ln2_b, out, ln2_mean, ln2_rstd);
-    } else {
-      std::memcpy(out, mid, sizeof(float) * N * C);
-    }
-    if (observer_) {
-      LayerTensors lt;
-      lt.layer = l, lt.batch = B, lt.len = Tm, lt.len_k = shape.len_k;
-      lt.residual_in = x, lt.attn_in = a_in, lt.qkv = qkv, lt.attn_out = att, lt.lse = lse;
-      lt.k_all = k_all, lt.v_all = v_all;
-      lt.residual_out = out;
-      lt.attention = &ap;
-      observer_->OnLayer(lt);
-    }
+    attg = a.attg;
   }
+  LinearForward(N, C, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
+  ResidualForward(norm, AttentionResidual(c, lp, a));
 
-  // Head: logits = LN_f(x_L) W_head^T (W_head is [V, C]).
-  const float* xf = a.res.data() + L * N * C;
+  seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
+  seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
+  seen->k_all = k_all, seen->v_all = v_all;
+  seen->attn_out = a.att, seen->lse = a.lse;
+  return Status::Ok();
+}
+
+// att = attention(q, k, v) of layer l into Layer(l).att ([N, H, hd]) and its row statistics
+// into .lse: softmax attention (flash), linear attention (its denominators in lse), or a 16-bit
+// cache's one-token decode.
+Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
+                                 const AttentionShape& shape, const AttentionTensor& q,
+                                 const AttentionTensor& k_all, const AttentionTensor& v_all) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t B = B_, Tm = Tm_, N = N_, H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim();
+  const LayerActivations a = Layer(l);
+  if (c.attention_type == AttentionType::kLinear) {
+    // O_i = sum_{j <= i} phi(q_i).phi(k_j) v_j / (sum_j phi(q_i).phi(k_j) + eps), continuing
+    // the cache's state when decoding (updated in place); one token runs the recurrence.
+    // CheckForwardInputs made sure a cache here is a LinearAttentionCache.
+    auto* state_cache = static_cast<LinearAttentionCache*>(cache);
+    LinearAttentionParams lap;
+    lap.pool = &tp;
+    const std::span<float> state = state_cache ? state_cache->State(l) : std::span<float>();
+    const auto kernel =
+        state_cache && Tm == 1 ? LinearAttentionForwardRecurrent : LinearAttentionForwardChunked;
+    return kernel(shape, lap, q, k_all, v_all, TokenMajorView(a.att, B, H, Tm, hd),
+                  std::span<float>(a.lse, N * H), state, state);
+  }
+  if (cache && !k_all.data) {
+    // A 16-bit cache's one-token step (kv_cache.h): attend over its own storage. B = T = 1,
+    // so q is the [H, hd] head rows of the token and att its [H, hd] output.
+    KvView kh, vh;
+    int64_t n = 0;
+    if (!cache->DecodeViews(l, &kh, &vh, &n)) {
+      return Status::Internal("the KV cache handed out no keys and has no decode views");
+    }
+    DecodeParams dp;
+    dp.pool = &tp;
+    return AttentionDecode(DecodeShape{H, Hkv, n, hd}, dp, std::span<const float>(q.data, H * hd),
+                           kh, vh, std::span<float>(a.att, H * hd), std::span<float>(a.lse, H));
+  }
+  return AttentionForwardFlash(shape, ap, q, k_all, v_all, TokenMajorView(a.att, B, H, Tm, hd),
+                               std::span<float>(a.lse, N * H));
+}
+
+// The MLP sublayer of layer l, from mid to out (Layer(l)):
+//   m_in = LN2(mid) (pre-LN) or mid;  m = gelu(m_in W_fc + b) W_proj + b;
+//   s2 = skip mid + alpha2 m (residual) or m;  out = LN2(s2) (post-LN) or s2.
+// Without an MLP, out = mid.
+void Gpt::MlpBlockForward(int64_t l) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t N = N_, C = c.d_model, F = c.hidden();
+  const LayerActivations a = Layer(l);
+  if (!c.mlp) {
+    std::memcpy(a.out, a.mid, sizeof(float) * N * C);
+    return;
+  }
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const Norm norm{c, N, tp};
+  const bool pre = c.norm == NormPlacement::kPre;
+  const float* m_in = a.mid;
   if (pre) {
-    norm_forward(xf, P.lnf_w, P.lnf_b, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data());
+    norm.Forward(a.mid, lp.ln2_w, lp.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+    m_in = a.ln2;
+  }
+  LinearForward(N, C, F, m_in, lp.fc_w, lp.fc_b, a.h, &tp);
+  internal::GeluForward(N * F, a.h, a.gelu, &tp);
+  LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
+  ResidualForward(norm, MlpResidual(c, lp, a));
+}
+
+// logits = LN_f(x_L) W_head^T (W_head is [V, C]); with targets, the probabilities (in place)
+// and the mean cross-entropy over counted rows.
+void Gpt::HeadForward(const int32_t* targets, double* loss) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t N = N_, C = c.d_model, V = c.vocab_size;
+  const ModelParams& P = params_.ptrs();
+  Activations& a = acts_;
+  const float* xf = a.res.data() + c.n_layer * N * C;
+  if (c.norm == NormPlacement::kPre) {
+    Norm{c, N, tp}.Forward(xf, P.lnf_w, P.lnf_b, a.lnf.data(), a.lnf_mean.data(),
+                           a.lnf_rstd.data());
     xf = a.lnf.data();
   }
   internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, N, V, C, 1.0f, xf, C, P.lm_head, C,
-                  0.0f, logits_.data(), V, &tp);
-  if (cache) cache->EndStep();
+                  0.0f, head_.values.data(), V, &tp);
+  head_.holds = HeadBuffer::Holds::kLogits;
   if (targets) {
-    const double mean = internal::SoftmaxCrossEntropyForward(N, V, logits_.data(), targets_.data(),
-                                                             a.losses.data(), &tp);
+    const double mean = internal::SoftmaxCrossEntropyForward(
+        N, V, head_.values.data(), targets_.data(), a.losses.data(), &tp);
+    head_.holds = HeadBuffer::Holds::kProbabilities;
     if (loss) *loss = mean;
   } else if (loss) {
     *loss = 0.0;
   }
+}
+
+Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                    double* loss, KvCache* cache) {
+  ATTNLAB_RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, B, T, cache));
+  const ModelConfig& c = config_;
+  const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0;
+  EnsureActivations(B, T + off);
+  has_targets_ = targets != nullptr && !cache;
+  cached_ = cache != nullptr;
+  ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
+  EmbedForward();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const AttentionParams ap = MakeAttentionParams(l);
+    LayerTensors seen;
+    ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
+    MlpBlockForward(l);
+    if (observer_) {
+      seen.residual_out = Layer(l).out;
+      seen.attention = &ap;
+      observer_->OnLayer(seen);
+    }
+  }
+  HeadForward(targets, loss);
+  if (cache) cache->EndStep();
   return Status::Ok();
 }
 
 // ------------------------------------------------------------------------------------------------
 // Backward
 // ------------------------------------------------------------------------------------------------
-Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
-  if (!has_targets_) {
-    return Status::InvalidArgument("Backward needs a Forward with targets and without a KV cache");
-  }
+
+// From the loss to d_.residual = dL/dx_L (the stream leaving the last layer). In the forward
+// pass: loss = mean over counted rows of -log p[n, t_n], logits = xf W_head^T, xf = LN_f(x_L)
+// (pre-LN) or x_L. Returns false when no gradient flows (no counted row, no auxiliary loss).
+bool Gpt::HeadBackward(float grad_scale, const AuxiliaryGradients* aux) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
-  const int64_t B = B_, Tm = Tm_, N = N_, L = c.n_layer, C = c.d_model, F = c.hidden();
-  const int64_t H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
-  const int64_t V = c.vocab_size;
+  const int64_t N = N_, C = c.d_model, V = c.vocab_size, L = c.n_layer;
   const ModelParams& P = params_.ptrs();
   const ModelParams& G = grads_.ptrs();
   Activations& a = acts_;
-  const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
-  const bool rms = c.norm_type == NormType::kRmsNorm;
-  auto norm_backward = [&](const float* dy, const float* x, const float* w, const float* mean,
-                           const float* rstd, float* dx, float* dw, float* db) {
-    if (rms) {
-      internal::RmsNormBackward(N, C, dy, x, w, rstd, dx, dw, &tp);
-    } else {
-      internal::LayerNormBackward(N, C, dy, x, w, mean, rstd, dx, dw, db, &tp);
-    }
-  };
-  auto zero = [](AlignedBuffer<float>& b, int64_t n) { std::fill(b.data(), b.data() + n, 0.0f); };
-  const float fixed_scale =
-      c.residual_scale == ResidualScale::kInvSqrt2L ? 1.0f / std::sqrt(2.0f * L) : 1.0f;
-  const float skip = c.deepnorm_alpha();
-  // Auxiliary-loss gradients on intermediate activations, scaled like the loss' own.
-  auto add_aux = [&](const float* g, float* d) {
-    tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t i = n * C; i < (n + 1) * C; ++i) d[i] += grad_scale * g[i];
-    });
-  };
-
-  // Loss: mean over counted rows; in the forward pass this was loss = mean_n -log p[n, t_n].
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += targets_[n] >= 0;
-  if (count == 0 && !(aux && (aux->residual || aux->attention))) return Status::Ok();
-  float* dlogits = logits_.data();  // probabilities -> dlogits in place
+  if (count == 0 && !(aux && (aux->residual || aux->attention))) return false;
+  float* dlogits = head_.values.data();  // probabilities -> dL/dlogits in place (HeadBuffer)
   if (count == 0) {
     std::fill(dlogits, dlogits + N * V, 0.0f);
   } else {
     internal::SoftmaxCrossEntropyBackward(N, V, dlogits, targets_.data(), grad_scale / count,
                                           dlogits, &tp);
   }
-  // logits = xf W^T: dxf = dlogits W, dW += dlogits^T xf.
-  const float* xf = pre ? a.lnf.data() : a.res.data() + L * N * C;
-  float* dxf = pre ? d_tmp_.data() : d_res_.data();
+  head_.holds = HeadBuffer::Holds::kLogitGradients;
+  // dxf = dlogits W_head, dW_head += dlogits^T xf.
+  const bool pre = c.norm == NormPlacement::kPre;
+  const float* xL = a.res.data() + L * N * C;
+  const float* xf = pre ? a.lnf.data() : xL;
+  float* dxf = pre ? d_.lnf_out.data() : d_.residual.data();
   internal::Sgemm(internal::Trans::kNo, internal::Trans::kNo, N, C, V, 1.0f, dlogits, V, P.lm_head,
                   C, 0.0f, dxf, C, &tp);
   internal::Sgemm(internal::Trans::kYes, internal::Trans::kNo, V, C, N, 1.0f, dlogits, V, xf, C,
                   1.0f, G.lm_head, C, &tp);
   if (pre) {
-    zero(d_res_, N * C);
-    norm_backward(dxf, a.res.data() + L * N * C, P.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(),
-                  d_res_.data(), G.lnf_w, G.lnf_b);
+    ZeroFill(d_.residual, N * C);
+    Norm{c, N, tp}.Backward(dxf, xL, P.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(),
+                            d_.residual.data(), G.lnf_w, G.lnf_b);
   }
-  if (aux && aux->residual) add_aux(aux->residual + L * N * C, d_res_.data());
+  return true;
+}
 
-  AttentionParams ap;
-  ap.mask.causal = c.causal;
-  ap.mask.mask_first_key = c.mask_first_key;
-  if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
-  ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
-  if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
-  ap.softmax = c.softmax;
-  ap.sigmoid_bias = c.effective_sigmoid_bias();
-  ap.pool = &tp;
-  const AttentionShape shape{B, H, Hkv, Tm, Tm, hd};
+// The MLP sublayer of layer l in reverse: from d_.residual = dL/d out to d_.mid = dL/d mid
+// (forward: MlpBlockForward).
+void Gpt::MlpBlockBackward(int64_t l) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t N = N_, C = c.d_model, F = c.hidden();
+  Gradients& d = d_;
+  if (!c.mlp) {  // out = mid
+    std::memcpy(d.mid.data(), d.residual.data(), sizeof(float) * N * C);
+    return;
+  }
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const LayerParams& lg = grads_.ptrs().layers[l];
+  const LayerActivations a = Layer(l);
+  const Norm norm{c, N, tp};
+  const bool pre = c.norm == NormPlacement::kPre;
+  // out = LN2(s2) or s2, s2 = skip mid + alpha2 m (or m): d_m, and d_mid's skip-path part.
+  float* dm = d.m.data();
+  float* dmid = d.mid.data();
+  ResidualBackward(norm, MlpResidual(c, lp, a), d.residual.data(), d.sum2, lg.ln2_w, lg.ln2_b,
+                   lg.rezero ? lg.rezero + 1 : nullptr, dm, dmid);
+  // m = gelu(h) W_proj + b; gelu = GELU(h); h = m_in W_fc + b.
+  ZeroFill(d.gelu, N * F);
+  LinearBackward(N, F, C, a.gelu, lp.fcproj_w, dm, d.gelu.data(), lg.fcproj_w, lg.fcproj_b, &tp);
+  ZeroFill(d.h, N * F);
+  internal::GeluBackward(N * F, a.h, d.gelu.data(), d.h.data(), &tp);
+  if (pre) {  // m_in = LN2(mid): d_mid += LN2^T d_m_in
+    ZeroFill(d.ln2, N * C);
+    LinearBackward(N, C, F, a.ln2, lp.fc_w, d.h.data(), d.ln2.data(), lg.fc_w, lg.fc_b, &tp);
+    norm.Backward(d.ln2.data(), a.mid, lp.ln2_w, a.ln2_mean, a.ln2_rstd, dmid, lg.ln2_w,
+                  lg.ln2_b);
+  } else {  // m_in = mid
+    LinearBackward(N, C, F, a.mid, lp.fc_w, d.h.data(), dmid, lg.fc_w, lg.fc_b, &tp);
+  }
+}
 
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const LayerParams& lp = P.layers[l];
-    const LayerParams& lg = G.layers[l];
-    const float* x = a.res.data() + l * N * C;
-    const float* mid = a.mid.data() + l * N * C;
-    // d_res_ holds dL/d(out of layer l). Produce d_mid_ = dL/d mid.
-    if (c.mlp) {
-      const float* s2 = post ? a.sum2.data() + l * N * C : nullptr;
-      // post-LN: out = LN2(s2): d_s2 = LN2^T d_out.
-      const float* ds2 = d_res_.data();
-      if (post) {
-        zero(d_tmp_, N * C);
-        norm_backward(d_res_.data(), s2, lp.ln2_w, a.ln2_mean.data() + l * N,
-                      a.ln2_rstd.data() + l * N, d_tmp_.data(), lg.ln2_w, lg.ln2_b);
-        ds2 = d_tmp_.data();
-      }
-      // s2 = skip mid + alpha2 m (or m): d_mid = skip d_s2 (residual), d_m = alpha2 d_s2.
-      const float* m = a.m.data() + l * N * C;
-      const float alpha2 = lp.rezero ? lp.rezero[1] : fixed_scale;
-      if (lg.rezero && c.residual) lg.rezero[1] += static_cast<float>(Dot(N * C, ds2, m, tp));
-      float* dm = d_in_.data();
-      tp.ParallelFor(N, [&](int64_t n, int) {
-        for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-          dm[i] = c.residual ? alpha2 * ds2[i] : ds2[i];
-          d_mid_[i] = c.residual ? skip * ds2[i] : 0.0f;
-        }
-      });
-      // m = gelu(h) W_proj + b: d_gelu = dm W_proj^T; then h = m_in W_fc + b.
-      const float* h = a.h.data() + l * N * F;
-      const float* ge = a.gelu.data() + l * N * F;
-      zero(d_f1_, N * F);
-      LinearBackward(N, F, C, ge, lp.fcproj_w, dm, d_f1_.data(), lg.fcproj_w, lg.fcproj_b, &tp);
-      zero(d_f2_, N * F);
-      internal::GeluBackward(N * F, h, d_f1_.data(), d_f2_.data(), &tp);
-      const float* m_in = pre ? a.ln2.data() + l * N * C : mid;
-      if (pre) {
-        zero(d_tmp_, N * C);
-        LinearBackward(N, C, F, m_in, lp.fc_w, d_f2_.data(), d_tmp_.data(), lg.fc_w, lg.fc_b, &tp);
-        norm_backward(d_tmp_.data(), mid, lp.ln2_w, a.ln2_mean.data() + l * N,
-                      a.ln2_rstd.data() + l * N, d_mid_.data(), lg.ln2_w, lg.ln2_b);
-      } else {
-        LinearBackward(N, C, F, m_in, lp.fc_w, d_f2_.data(), d_mid_.data(), lg.fc_w, lg.fc_b, &tp);
-      }
-    } else {
-      std::memcpy(d_mid_.data(), d_res_.data(), sizeof(float) * N * C);
-    }
-
-    // Attention sublayer: from d_mid_ to d_res_ (= dL/dx).
-    const float* ds1 = d_mid_.data();
-    if (post) {
-      zero(d_tmp_, N * C);
-      norm_backward(d_mid_.data(), a.sum1.data() + l * N * C, lp.ln1_w, a.ln1_mean.data() + l * N,
-                    a.ln1_rstd.data() + l * N, d_tmp_.data(), lg.ln1_w, lg.ln1_b);
-      ds1 = d_tmp_.data();
-    }
-    // s1 = skip x + alpha1 o (or o): dx = skip d_s1 (residual), d_o = alpha1 d_s1.
-    const float* o = a.o.data() + l * N * C;
-    const float alpha1 = lp.rezero ? lp.rezero[0] : fixed_scale;
-    if (lg.rezero && c.residual) lg.rezero[0] += static_cast<float>(Dot(N * C, ds1, o, tp));
-    float* d_o = d_in_.data();
-    float* dx = d_res_.data();
+// The attention sublayer of layer l in reverse: from d_.mid = dL/d mid to d_.residual = dL/d x
+// (forward: AttentionBlockForward), adding the auxiliary gradients on att and on x.
+Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float grad_scale,
+                                   const AuxiliaryGradients* aux) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head;
+  const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const LayerParams& lg = grads_.ptrs().layers[l];
+  const LayerActivations a = Layer(l);
+  const Norm norm{c, N, tp};
+  const bool pre = c.norm == NormPlacement::kPre;
+  Gradients& d = d_;
+  // mid = LN1(s1) or s1, s1 = skip x + alpha1 o (or o): d_o, and dx's skip-path part.
+  float* d_o = d.o.data();
+  float* dx = d.residual.data();
+  ResidualBackward(norm, AttentionResidual(c, lp, a), d.mid.data(), d.sum1, lg.ln1_w, lg.ln1_b,
+                   lg.rezero, d_o, dx);
+  // o = attg W_proj + b.
+  const float* attg = c.output_gate ? a.attg : a.att;
+  float* d_attg = d.attg.data();
+  ZeroFill(d.attg, N * C);
+  LinearBackward(N, C, C, attg, lp.proj_w, d_o, d_attg, lg.proj_w, lg.proj_b, &tp);
+  const float* a_in = pre ? a.ln1 : a.x;
+  float* d_ain = d.attn_in.data();
+  ZeroFill(d.attn_in, N * C);
+  float* d_att = d_attg;  // without a gate, attg is att
+  if (c.output_gate) {
+    // attg = g * att, g = sigmoid(z), z = a_in W_g + b_g:
+    // d_att = g * d_attg; dz = (sum_d d_attg * att) g (1 - g).
+    d_att = d.att.data();
+    float* dz = d.gate.data();
     tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t i = n * C; i < (n + 1) * C; ++i) {
-        const float v = ds1[i];  // read before dx (d_res_) is overwritten: ds1 may be d_mid_
-        d_o[i] = c.residual ? alpha1 * v : v;
-        dx[i] = c.residual ? skip * v : 0.0f;
+      for (int64_t h = 0; h < H; ++h) {
+        const float gv = a.gate[n * H + h];
+        float dg = 0;
+        for (int64_t e = 0; e < hd; ++e) {
+          const int64_t i = n * C + h * hd + e;
+          dg += d_attg[i] * a.att[i];
+          d_att[i] = gv * d_attg[i];
+        }
+        dz[n * H + h] = dg * gv * (1.0f - gv);
       }
     });
-    // o = attg W_proj + b.
-    const float* att = a.att.data() + l * N * C;
-    const float* attg = c.output_gate ? a.attg.data() + l * N * C : att;
-    float* d_attg = d_mid_.data();  // d_mid_ is free now
-    zero(d_mid_, N * C);
-    LinearBackward(N, C, C, attg, lp.proj_w, d_o, d_attg, lg.proj_w, lg.proj_b, &tp);
-    const float* a_in = pre ? a.ln1.data() + l * N * C : x;
-    float* d_ain = d_tmp_.data();
-    zero(d_tmp_, N * C);
-    float* d_att = d_attg;
-    if (c.output_gate) {
-      // attg = g * att, g = sigmoid(z), z = a_in W_g + b_g:
-      // d_att = g * d_attg; dz = (sum_d d_attg * att) g (1 - g).
-      const float* g = a.gate.data() + l * N * H;
-      float* dz = d_gate_.data();
-      tp.ParallelFor(N, [&](int64_t n, int) {
-        for (int64_t h = 0; h < H; ++h) {
-          const float gv = g[n * H + h];
-          float dg = 0;
-          for (int64_t d = 0; d < hd; ++d) {
-            const int64_t i = n * C + h * hd + d;
-            dg += d_attg[i] * att[i];
-            d_att[i] = gv * d_attg[i];  // in place: d_attg[i] is read first
-          }
-          dz[n * H + h] = dg * gv * (1.0f - gv);
-        }
-      });
-      LinearBackward(N, C, H, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
-    }
-    if (aux && aux->attention) add_aux(aux->attention + l * N * C, d_att);
-    // Attention core: dq, dk, dv into d_qkv_ (same interleaved layout as qkv).
-    float* qkv = a.qkv.data() + l * N * Q;
-    QkvViews views = MakeQkvViews(qkv, B, Tm, H, Hkv, hd);
-    QkvViews dviews = MakeQkvViews(d_qkv_.data(), B, Tm, H, Hkv, hd);
-    if (c.attention_type == AttentionType::kLinear) {
-      // In the forward pass this was the chunked linear attention; lse holds its denominators.
-      LinearAttentionParams lap;
-      lap.pool = &tp;
-      ATTNLAB_RETURN_IF_ERROR(LinearAttentionBackwardChunked(
-          shape, lap, Const(views.q), Const(views.k), Const(views.v),
-          TokenMajorView<const float>(att, B, H, Tm, hd),
-          std::span<const float>(a.lse.data() + l * N * H, N * H),
-          TokenMajorView<const float>(d_att, B, H, Tm, hd), dviews.q, dviews.k, dviews.v));
-    } else {
-      if (lp.sink) ap.sink_logits = std::span<const float>(lp.sink, H);
-      ATTNLAB_RETURN_IF_ERROR(AttentionBackwardFlash(
-          shape, ap, Const(views.q), Const(views.k), Const(views.v),
-          TokenMajorView<const float>(att, B, H, Tm, hd),
-          std::span<const float>(a.lse.data() + l * N * H, N * H),
-          TokenMajorView<const float>(d_att, B, H, Tm, hd), dviews.q, dviews.k, dviews.v,
-          lp.sink ? std::span<float>(d_sink_.data(), H) : std::span<float>()));
-    }
-    if (lg.sink) {
-      for (int64_t h = 0; h < H; ++h) lg.sink[h] += d_sink_[h];
-    }
-    if (rope_) {
-      ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.q, B, H, Tm, positions_));
-      ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.k, B, Hkv, Tm, positions_));
-    }
-    // qkv = a_in W_qkv + b.
-    LinearBackward(N, C, Q, a_in, lp.qkv_w, d_qkv_.data(), d_ain, lg.qkv_w, lg.qkv_b, &tp);
-    if (pre) {
-      norm_backward(d_ain, x, lp.ln1_w, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, dx,
-                    lg.ln1_w, lg.ln1_b);
-    } else {
-      tp.ParallelFor(N, [&](int64_t n, int) {
-        for (int64_t i = n * C; i < (n + 1) * C; ++i) dx[i] += d_ain[i];
-      });
-    }
-    if (aux && aux->residual) add_aux(aux->residual + l * N * C, dx);  // dA/d residual(l)
+    LinearBackward(N, C, H, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
   }
+  if (aux && aux->attention) AddScaled(N, C, aux->attention + l * N * C, grad_scale, d_att, tp);
+  // Attention core: dq, dk, dv into d.qkv (the interleaved layout of qkv).
+  QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
+  QkvViews dviews = MakeQkvViews(d.qkv.data(), B, Tm, H, Hkv, hd);
+  const AttentionShape shape{B, H, Hkv, Tm, Tm, hd};
+  const auto att_view = TokenMajorView<const float>(a.att, B, H, Tm, hd);
+  const auto datt_view = TokenMajorView<const float>(d_att, B, H, Tm, hd);
+  const std::span<const float> lse(a.lse, N * H);
+  if (c.attention_type == AttentionType::kLinear) {
+    // In the forward pass this was the chunked linear attention; lse holds its denominators.
+    LinearAttentionParams lap;
+    lap.pool = &tp;
+    ATTNLAB_RETURN_IF_ERROR(LinearAttentionBackwardChunked(
+        shape, lap, Const(views.q), Const(views.k), Const(views.v), att_view, lse, datt_view,
+        dviews.q, dviews.k, dviews.v));
+  } else {
+    ATTNLAB_RETURN_IF_ERROR(AttentionBackwardFlash(
+        shape, ap, Const(views.q), Const(views.k), Const(views.v), att_view, lse, datt_view,
+        dviews.q, dviews.k, dviews.v,
+        lp.sink ? std::span<float>(d.sink.data(), H) : std::span<float>()));
+  }
+  if (lg.sink) {
+    for (int64_t h = 0; h < H; ++h) lg.sink[h] += d.sink[h];
+  }
+  if (rope_) {
+    ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.q, B, H, Tm, positions_));
+    ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.k, B, Hkv, Tm, positions_));
+  }
+  // qkv = a_in W_qkv + b.
+  LinearBackward(N, C, Q, a_in, lp.qkv_w, d.qkv.data(), d_ain, lg.qkv_w, lg.qkv_b, &tp);
+  if (pre) {  // a_in = LN1(x): dx += LN1^T d_ain
+    norm.Backward(d_ain, a.x, lp.ln1_w, a.ln1_mean, a.ln1_rstd, dx, lg.ln1_w, lg.ln1_b);
+  } else {  // a_in = x
+    tp.ParallelFor(N, [&](int64_t n, int) {
+      for (int64_t i = n * C; i < (n + 1) * C; ++i) dx[i] += d_ain[i];
+    });
+  }
+  if (aux && aux->residual) {  // dA/d residual(l)
+    AddScaled(N, C, aux->residual + l * N * C, grad_scale, dx, tp);
+  }
+  return Status::Ok();
+}
 
-  // Embedding: x0 = wte[token] + wpe[t]; rows scatter into wte, so reduce per column block with
-  // rows in order (deterministic, no atomics).
-  const float* dx0 = d_res_.data();
+// x0 = wte[token] + wpe[t]: rows scatter into wte, so reduce per column block with rows in order
+// (deterministic, no atomics).
+void Gpt::EmbedBackward() {
+  ThreadPool& tp = *pool();
+  const int64_t N = N_, Tm = Tm_, C = config_.d_model;
+  const ModelParams& G = grads_.ptrs();
+  const float* dx0 = d_.residual.data();
   const int64_t cblocks = std::max<int64_t>(1, std::min<int64_t>(C / 16, 4 * tp.num_threads()));
   const int64_t cstep = (C + cblocks - 1) / cblocks;
   tp.ParallelFor(cblocks, [&](int64_t blk, int) {
@@ -617,6 +754,29 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
       }
     }
   });
+}
+
+Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
+  if (!has_targets_) {
+    return Status::InvalidArgument("Backward needs a Forward with targets and without a KV cache");
+  }
+  if (head_.holds != HeadBuffer::Holds::kProbabilities) {
+    return Status::InvalidArgument(
+        "Backward already ran for this Forward (its probabilities became gradients); run "
+        "Forward again");
+  }
+  if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
+  const ModelConfig& c = config_;
+  const int64_t N = N_, C = c.d_model, L = c.n_layer;
+  if (!HeadBackward(grad_scale, aux)) return Status::Ok();
+  if (aux && aux->residual) {  // dA/d residual(L)
+    AddScaled(N, C, aux->residual + L * N * C, grad_scale, d_.residual.data(), *pool());
+  }
+  for (int64_t l = L - 1; l >= 0; --l) {
+    MlpBlockBackward(l);
+    ATTNLAB_RETURN_IF_ERROR(AttentionBlockBackward(l, MakeAttentionParams(l), grad_scale, aux));
+  }
+  EmbedBackward();
   return Status::Ok();
 }
 

@@ -11,11 +11,12 @@
 #include <memory>
 #include <vector>
 
+#include "attnlab/attention.h"
 #include "attnlab/model_config.h"
 #include "attnlab/rope.h"
 #include "attnlab/status.h"
 #include "core/aligned_buffer.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/parameters.h"
 
 namespace attnlab {
@@ -81,11 +82,13 @@ class Gpt {
 
   // Gradients of the mean loss of the last Forward (which must have had targets), ADDED to
   // grads() scaled by grad_scale (e.g. 1 / micro-batches). With aux, the gradients of the total
-  // loss + A (see AuxiliaryGradients).
+  // loss + A (see AuxiliaryGradients). Once per Forward: the probabilities become the logits'
+  // gradients (HeadBuffer), so a second call is refused.
   Status Backward(float grad_scale = 1.0f, const AuxiliaryGradients* aux = nullptr);
 
-  // After Forward: [B, Tm, V] raw logits (without targets) or probabilities (with targets).
-  const float* logits() const { return logits_.data(); }
+  // After Forward: [B, Tm, V] raw logits (without targets) or probabilities (with targets);
+  // after Backward, dL/dlogits (one buffer, see HeadBuffer).
+  const float* logits() const { return head_.values.data(); }
   int64_t last_batch() const { return B_; }
   int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
   // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
@@ -96,9 +99,52 @@ class Gpt {
   }
 
  private:
+  // Pointers to one layer's saved activations inside Activations (null where the configuration
+  // keeps no such tensor). Shapes as in Activations, for that layer.
+  struct LayerActivations {
+    float* x;           // [N, C] residual stream entering the layer
+    float* mid;         // [N, C] stream after the attention sublayer
+    float* out;         // [N, C] stream leaving the layer (= the next layer's x)
+    float *ln1, *ln2;   // [N, C] pre-LN normalised inputs
+    float *sum1, *sum2; // [N, C] post-LN pre-norm sums
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;  // [N]
+    float* qkv;         // [N, Q]
+    float* att;         // [N, C] per-head attention output
+    float* lse;         // [B, H, Tm]
+    float* gate;        // [N, H] output gate sigmoid
+    float* attg;        // [N, C] gated attention output
+    float* o;           // [N, C] attention projection output
+    float *h, *gelu;    // [N, F]
+    float* m;           // [N, C] MLP output
+  };
+
   explicit Gpt(const ModelConfig& config);
   void EnsureActivations(int64_t B, int64_t Tm);
   ThreadPool* pool() const;
+  LayerActivations Layer(int64_t l);
+  // The mask and softmax of layer l's attention (with its sink logits, if any): the one place
+  // both Forward and Backward take them from.
+  AttentionParams MakeAttentionParams(int64_t l) const;
+
+  // Forward, step by step (Forward() runs them in this order).
+  Status CheckForwardInputs(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                            const KvCache* cache) const;
+  Status PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                     int64_t off, KvCache* cache);
+  void EmbedForward();
+  Status AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
+                               LayerTensors* seen);
+  Status AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
+                              const AttentionShape& shape, const AttentionTensor& q,
+                              const AttentionTensor& k_all, const AttentionTensor& v_all);
+  void MlpBlockForward(int64_t l);
+  void HeadForward(const int32_t* targets, double* loss);
+  // Backward, the same steps in reverse. HeadBackward returns false when no gradient flows.
+  bool HeadBackward(float grad_scale, const AuxiliaryGradients* aux);
+  void MlpBlockBackward(int64_t l);
+  Status AttentionBlockBackward(int64_t l, const AttentionParams& ap, float grad_scale,
+                                const AuxiliaryGradients* aux);
+  void EmbedBackward();
 
   ModelConfig config_;
   ParameterStore params_, grads_;
@@ -129,9 +175,37 @@ class Gpt {
     AlignedBuffer<float> lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
     AlignedBuffer<float> losses;     // [N]
   } acts_;
-  AlignedBuffer<float> logits_;  // [N, V]
-  // Backward scratch.
-  AlignedBuffer<float> d_res_, d_mid_, d_tmp_, d_in_, d_qkv_, d_f1_, d_f2_, d_gate_, d_sink_;
+  // The head's [N, V] buffer, the largest activation, deliberately holds three things in turn
+  // (one copy of N * V floats instead of three): the raw logits (Forward), overwritten by the
+  // softmax probabilities (Forward with targets: the cross-entropy normalises in place), then by
+  // dL/dlogits (Backward, in place).
+  struct HeadBuffer {
+    enum class Holds { kLogits, kProbabilities, kLogitGradients };
+    AlignedBuffer<float> values;  // [N, V]
+    Holds holds = Holds::kLogits;
+  } head_;
+  // Backward's gradient buffers, one per role, for the layer being differentiated: each is dL/d
+  // the named forward tensor of that layer ([N, ...] like it) and is written or zeroed before
+  // it is read. Sized by EnsureActivations (empty where the configuration has no such tensor).
+  struct Gradients {
+    AlignedBuffer<float> residual;  // [N, C] the stream at the current depth: leaving layer l on
+                                    // entering its backward, entering layer l on leaving it
+    AlignedBuffer<float> lnf_out;   // [N, C] ln_f's output (pre-LN)
+    AlignedBuffer<float> sum2;      // [N, C] the MLP's pre-norm sum (post-LN)
+    AlignedBuffer<float> m;         // [N, C] the MLP output
+    AlignedBuffer<float> gelu, h;   // [N, F] the MLP's activations after and before GELU
+    AlignedBuffer<float> ln2;       // [N, C] the MLP's normalised input (pre-LN)
+    AlignedBuffer<float> mid;       // [N, C] the stream after the attention sublayer
+    AlignedBuffer<float> sum1;      // [N, C] the attention's pre-norm sum (post-LN)
+    AlignedBuffer<float> o;         // [N, C] the attention projection output
+    AlignedBuffer<float> attg;      // [N, C] the projection's input (gated attention output)
+    AlignedBuffer<float> att;       // [N, C] the attention output before the gate (gate only;
+                                    // without a gate attg is att and d attg serves)
+    AlignedBuffer<float> gate;      // [N, H] the gate's pre-sigmoid logits
+    AlignedBuffer<float> qkv;       // [N, Q] q | k | v (q and k after RoPE)
+    AlignedBuffer<float> attn_in;   // [N, C] the attention sublayer's input (LN1(x) or x)
+    AlignedBuffer<float> sink;      // [H] the layer's sink logits (softmax sink_logit)
+  } d_;
 };
 
 }  // namespace attnlab

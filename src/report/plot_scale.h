@@ -6,6 +6,7 @@
 #ifndef ATTNLAB_REPORT_PLOT_SCALE_H_
 #define ATTNLAB_REPORT_PLOT_SCALE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,21 @@ class PlotScale {
   ScaleType type_ = ScaleType::kLinear;
   double lo_ = 0, hi_ = 1;
   std::vector<Tick> ticks_;
+};
+
+// An axis as a plot spec gives it (svg_plot.h).
+struct Axis {
+  std::string label;
+  ScaleType scale = ScaleType::kLinear;
+  // Fixed bounds. When unset, the bound comes from the data, widened to a round tick value.
+  std::optional<double> min, max;
+};
+
+// A horizontal reference line (y = value) drawn dashed across the plot with its label at the
+// right end, e.g. {1.0 / n, "uniform"}.
+struct ReferenceLine {
+  double value = 0;
+  std::string label;
 };
 
 }  // namespace attnlab::report

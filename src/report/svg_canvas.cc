@@ -48,7 +48,7 @@ void SvgCanvas::Rect(double x, double y, double w, double h, std::string_view fi
                      std::string_view extra) {
   out_ += "<rect x=\"" + Num(x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(std::max(0.0, w)) +
           "\" height=\"" + Num(std::max(0.0, h)) + "\" fill=\"" + std::string(fill) + "\"";
-  if (!extra.empty()) out_ += " " + std::string(extra);
+  if (!extra.empty()) AppendAttribute(extra);
   out_ += "/>\n";
 }
 
@@ -56,7 +56,7 @@ void SvgCanvas::Line(double x1, double y1, double x2, double y2, std::string_vie
                      double width, std::string_view dash) {
   out_ += "<line x1=\"" + Num(x1) + "\" y1=\"" + Num(y1) + "\" x2=\"" + Num(x2) + "\" y2=\"" +
           Num(y2) + "\" stroke=\"" + std::string(stroke) + "\" stroke-width=\"" + Num(width) + "\"";
-  if (!dash.empty()) out_ += " stroke-dasharray=\"" + std::string(dash) + "\"";
+  if (!dash.empty()) AppendAttribute("stroke-dasharray", dash);
   out_ += "/>\n";
 }
 
@@ -64,7 +64,7 @@ void SvgCanvas::Circle(double cx, double cy, double r, std::string_view fill,
                        std::string_view extra) {
   out_ += "<circle cx=\"" + Num(cx) + "\" cy=\"" + Num(cy) + "\" r=\"" + Num(r) + "\" fill=\"" +
           std::string(fill) + "\"";
-  if (!extra.empty()) out_ += " " + std::string(extra);
+  if (!extra.empty()) AppendAttribute(extra);
   out_ += "/>\n";
 }
 
@@ -78,10 +78,12 @@ void SvgCanvas::RectWithTitle(double x, double y, double w, double h, std::strin
 void SvgCanvas::Text(double x, double y, std::string_view text, Anchor anchor, double size,
                      std::string_view fill, std::string_view extra) {
   out_ += "<text x=\"" + Num(x) + "\" y=\"" + Num(y) + "\" font-size=\"" + Num(size) + "\"";
-  if (anchor != Anchor::kStart) out_ += std::string(" text-anchor=\"") + AnchorName(anchor) + "\"";
-  out_ += " fill=\"" + std::string(fill) + "\"";
-  if (!extra.empty()) out_ += " " + std::string(extra);
-  out_ += ">" + EscapeHtml(text) + "</text>\n";
+  if (anchor != Anchor::kStart) AppendAttribute("text-anchor", AnchorName(anchor));
+  AppendAttribute("fill", fill);
+  if (!extra.empty()) AppendAttribute(extra);
+  out_ += '>';
+  out_ += EscapeHtml(text);
+  out_ += "</text>\n";
 }
 
 void SvgCanvas::VerticalText(double x, double y, std::string_view text, double size) {
@@ -89,11 +91,15 @@ void SvgCanvas::VerticalText(double x, double y, std::string_view text, double s
        "transform=\"rotate(-90 " + Num(x) + " " + Num(y) + ")\"");
 }
 
-void SvgCanvas::Title(std::string_view text) { out_ += "<title>" + EscapeHtml(text) + "</title>"; }
+void SvgCanvas::Title(std::string_view text) {
+  out_ += "<title>";
+  out_ += EscapeHtml(text);
+  out_ += "</title>";
+}
 
 void SvgCanvas::OpenGroup(std::string_view attributes) {
   out_ += "<g";
-  if (!attributes.empty()) out_ += " " + std::string(attributes);
+  if (!attributes.empty()) AppendAttribute(attributes);
   out_ += ">";
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "report/plot_scale.h"
-#include "report/svg_plot.h"
+#include "report/svg_image.h"
 
 namespace attnlab::report::internal {
 
@@ -54,6 +54,20 @@ class SvgCanvas {
   SvgImage Finish();
 
  private:
+  // " attributes" verbatim, or ' name="value"' (value not escaped: callers pass markup-safe
+  // values). Appended piecewise: GCC 12 reports a false -Wrestrict (bug 105329) on the inlined
+  // " " + std::string(...) this replaces.
+  void AppendAttribute(std::string_view attributes) {
+    out_ += ' ';
+    out_ += attributes;
+  }
+  void AppendAttribute(std::string_view name, std::string_view value) {
+    out_ += ' ';
+    out_ += name;
+    out_ += "=\"";
+    out_ += value;
+    out_ += '"';
+  }
   std::string out_;
   double width_, height_;
 };

@@ -22,29 +22,9 @@
 
 #include "report/colormap.h"
 #include "report/plot_scale.h"
+#include "report/svg_image.h"
 
 namespace attnlab::report {
-
-// Finished SVG markup. A distinct type so that HtmlReport::AddFigure takes only markup that a
-// plotter produced, never unescaped text by mistake.
-struct SvgImage {
-  std::string markup;  // "<svg xmlns=...>...</svg>"
-  double width = 0, height = 0;
-};
-
-struct Axis {
-  std::string label;
-  ScaleType scale = ScaleType::kLinear;
-  // Fixed bounds. When unset, the bound comes from the data, widened to a round tick value.
-  std::optional<double> min, max;
-};
-
-// A horizontal reference line (y = value) drawn dashed across the plot with its label at the
-// right end, e.g. {1.0 / n, "uniform"}.
-struct ReferenceLine {
-  double value = 0;
-  std::string label;
-};
 
 struct Series {
   std::string name;       // legend entry (series with an empty name are not in the legend)

@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
+
+#include "model/test_models.h"
 
 namespace attnlab {
 namespace {
@@ -157,34 +160,18 @@ TEST(AuxiliaryLosses, ModelGradientIncludesAuxiliaryLosses) {
                              Variant{"deepnorm", NormPlacement::kPost, false, ResidualScale::kDeepNorm},
                              Variant{"no_norm", NormPlacement::kNone, false, ResidualScale::kOne}}) {
     SCOPED_TRACE(var.name);
-    ModelConfig c;
-    c.vocab_size = 29;
-    c.context = 8;
-    c.d_model = 16;
-    c.n_layer = 3;
-    c.n_head = 4;
-    c.mlp_hidden = 24;
-    c.init_std = 0.3f;
+    ModelConfig c = test_models::TinyConfig({.vocab_size = 29, .context = 8, .n_layer = 3});
     c.norm = var.norm;
     c.output_gate = var.gate;
     c.residual_scale = var.scale;
-    auto created = Gpt::Create(c);
-    ASSERT_TRUE(created.ok()) << created.status().ToString();
-    Gpt& g = *created.value();
-    g.params().Initialize(c, 21);
+    std::unique_ptr<Gpt> model = test_models::TinyModel(c, 21);
+    ASSERT_NE(model, nullptr);
+    Gpt& g = *model;
     std::mt19937_64 rng(9);
-    std::normal_distribution<float> nd(0.0f, 0.3f);
-    for (const ParamInfo& p : g.params().infos()) {
-      if (p.init == ParamInit::kZeros || p.init == ParamInit::kOnes) {
-        float* x = g.params().Slice(p);
-        for (int64_t i = 0; i < p.size; ++i) x[i] += nd(rng);
-      }
-    }
+    test_models::PerturbConstantInitTensors(g.params(), rng, 0.3f);
     const int64_t B = 2, T = 7;
-    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
-    std::vector<int32_t> tokens(B * T), targets(B * T);
-    for (auto& t : tokens) t = tok(rng);
-    for (auto& t : targets) t = tok(rng);
+    const std::vector<int32_t> tokens = test_models::RandomTokens(B * T, c.vocab_size, rng);
+    const std::vector<int32_t> targets = test_models::RandomTokens(B * T, c.vocab_size, rng);
     AuxiliaryLossOptions ao;
     ao.diversity_weight = 0.7;
     ao.contrastive_weight = 0.4;
@@ -204,52 +191,37 @@ TEST(AuxiliaryLosses, ModelGradientIncludesAuxiliaryLosses) {
     ASSERT_TRUE(g.Backward(1.0f, &aux.gradients()).ok());
     for (const ParamInfo& p : g.params().infos()) {
       SCOPED_TRACE(p.name);
-      float* x = g.params().Slice(p);
-      const float* gx = g.grads().Slice(p);
-      std::vector<float> u(p.size), saved(x, x + p.size);
-      double scale = 0, gu = 0;
-      for (int64_t i = 0; i < p.size; ++i) scale = std::max(scale, double(std::abs(x[i])));
-      for (int64_t i = 0; i < p.size; ++i) {
-        u[i] = nd(rng);
-        gu += double(gx[i]) * u[i];
-      }
-      const double eps = 1e-2 * std::max(scale, 0.1);
-      auto at = [&](double t) {
-        for (int64_t i = 0; i < p.size; ++i) x[i] = saved[i] + static_cast<float>(t * u[i]);
-        return total_loss();
-      };
-      const double d1 = (at(eps) - at(-eps)) / (2 * eps);
-      const double d2 = (at(eps / 2) - at(-eps / 2)) / eps;
-      const double fd = (4 * d2 - d1) / 3;
-      std::copy(saved.begin(), saved.end(), x);
-      EXPECT_NEAR(gu, fd, 0.02 * std::abs(fd) + 2e-4) << "analytic " << gu << " vs numeric " << fd;
+      const test_models::DirectionalDerivative d =
+          test_models::AlongRandomDirection(g.params(), g.grads(), p, rng, total_loss);
+      EXPECT_NEAR(d.analytic, d.numeric, 0.02 * std::abs(d.numeric) + 2e-4)
+          << "analytic " << d.analytic << " vs numeric " << d.numeric;
     }
   }
 }
 
 // The auxiliary gradients alone (no counted target) still reach the parameters.
 TEST(AuxiliaryLosses, BackwardWithoutTargetsButWithAuxiliaryLoss) {
-  ModelConfig c;
-  c.vocab_size = 17, c.context = 6, c.d_model = 8, c.n_layer = 2, c.n_head = 2, c.mlp_hidden = 8;
-  auto g = Gpt::Create(c);
-  ASSERT_TRUE(g.ok());
-  g.value()->params().Initialize(c, 3);
+  const ModelConfig c = test_models::TinyConfig(
+      {.vocab_size = 17, .context = 6, .d_model = 8, .n_head = 2, .mlp_hidden = 8,
+       .init_std = ModelConfig{}.init_std});
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 3);
+  ASSERT_NE(g, nullptr);
   std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6}, targets(6, -1);
   double loss = 0;
-  ASSERT_TRUE(g.value()->Forward(tokens.data(), targets.data(), 1, 6, &loss).ok());
+  ASSERT_TRUE(g->Forward(tokens.data(), targets.data(), 1, 6, &loss).ok());
   AuxiliaryLossOptions ao;
   ao.diversity_weight = 1.0;
   AuxiliaryLosses aux(ao);
-  ASSERT_TRUE(aux.Compute(*g.value()).ok());
-  g.value()->grads().Zero();
-  ASSERT_TRUE(g.value()->Backward(1.0f, &aux.gradients()).ok());
-  const ParamInfo* qkv = g.value()->grads().Find("h.0.attn.qkv.weight");
-  const float* gq = g.value()->grads().Slice(*qkv);
+  ASSERT_TRUE(aux.Compute(*g).ok());
+  g->grads().Zero();
+  ASSERT_TRUE(g->Backward(1.0f, &aux.gradients()).ok());
+  const ParamInfo* qkv = g->grads().Find("h.0.attn.qkv.weight");
+  const float* gq = g->grads().Slice(*qkv);
   double norm = 0;
   for (int64_t i = 0; i < qkv->size; ++i) norm += std::abs(gq[i]);
   EXPECT_GT(norm, 0.0);
-  const ParamInfo* wte = g.value()->grads().Find("wte");
-  for (int64_t i = 0; i < wte->size; ++i) EXPECT_TRUE(std::isfinite(g.value()->grads().Slice(*wte)[i]));
+  const ParamInfo* wte = g->grads().Find("wte");
+  for (int64_t i = 0; i < wte->size; ++i) EXPECT_TRUE(std::isfinite(g->grads().Slice(*wte)[i]));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/atomic_file.h"
+#include "core/files.h"
 
 namespace attnlab {
 
@@ -31,21 +32,6 @@ T Get(const char* p) {
   return v;
 }
 
-// Reads exactly n bytes at offset.
-Status ReadAt(int fd, int64_t offset, char* dst, int64_t n, const std::string& path) {
-  int64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, dst + done, static_cast<size_t>(std::min<int64_t>(n - done, 1 << 30)),
-                              static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError("token file '" + path + "': read failed: " + ErrnoMessage(errno));
-    }
-    if (r == 0) return Status::IoError("token file '" + path + "': it shrank while being read");
-    done += r;
-  }
-  return Status::Ok();
-}
 }  // namespace
 
 uint64_t SplitMix64(uint64_t x) {
@@ -84,30 +70,15 @@ Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& token
 }
 
 Result<TokenFile> ReadTokenFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound("token file '" + path + "': no such file");
-    return Status::IoError("token file '" + path + "': cannot open: " + ErrnoMessage(err));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    return Status::IoError("token file '" + path + "': cannot stat: " + ErrnoMessage(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument("token file '" + path + "' is not a regular file");
-  }
-  const int64_t size = st.st_size;
+  ATTNLAB_ASSIGN_OR_RETURN(ReadOnlyFile file,
+                           ReadOnlyFile::Open(path, "", "token file '" + path + "'"));
+  const int64_t size = file.size();
   if (size < kHeaderBytes) {
     return Status::Corrupt("token file '" + path + "' is " + std::to_string(size) +
                            " bytes, shorter than its 32-byte header");
   }
   char header[kHeaderBytes];
-  ATTNLAB_RETURN_IF_ERROR(ReadAt(fd, 0, header, kHeaderBytes, path));
+  ATTNLAB_RETURN_IF_ERROR(file.ReadAt(0, header, kHeaderBytes, "the header"));
   if (std::memcmp(header, kMagic, 8) != 0) {
     return Status::Corrupt("'" + path + "' is not an attnlab token file (bad magic: expected "
                            "ATLTOKS1)");
@@ -138,7 +109,7 @@ Result<TokenFile> ReadTokenFile(const std::string& path) {
   TokenFile tf;
   tf.vocab_size = vocab;
   std::vector<char> raw(avail);
-  ATTNLAB_RETURN_IF_ERROR(ReadAt(fd, kHeaderBytes, raw.data(), static_cast<int64_t>(avail), path));
+  ATTNLAB_RETURN_IF_ERROR(file.ReadAt(kHeaderBytes, raw.data(), static_cast<int64_t>(avail), "the tokens"));
   tf.tokens.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     const uint32_t t = bpt == 2 ? Get<uint16_t>(raw.data() + 2 * i) : Get<uint32_t>(raw.data() + 4 * i);

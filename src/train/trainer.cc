@@ -6,8 +6,7 @@
 
 #include "attnlab/thread_pool.h"
 #include "core/atomic_file.h"
-#include "diagnostics/first_token_probe.h"
-#include "model/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "train/token_data.h"
 
 namespace attnlab {
@@ -122,20 +121,15 @@ Result<double> Trainer::Evaluate() {
   return total / n;
 }
 
-Result<nlohmann::json> Trainer::ProbeFirstToken() {
+Result<nlohmann::json> Trainer::Probe() {
+  if (!options_.probe.measure) {
+    return Status::InvalidArgument("no probe to run (TrainOptions::probe is empty)");
+  }
   const int64_t B = options_.batch, T = seq_len_;
   if (!EvalBatch(val_, 0, B, T, options_.bos, inputs_.data(), targets_.data())) {
     return Status::InvalidArgument("validation data is shorter than one batch");
   }
-  FirstTokenProbe probe(model_->config());
-  model_->set_observer(&probe);
-  const Status st = model_->Forward(inputs_.data(), nullptr, B, T, nullptr);
-  model_->set_observer(nullptr);
-  ATTNLAB_RETURN_IF_ERROR(st);
-  return nlohmann::json{{"alpha1", probe.alpha1()},
-                        {"last_row", probe.last_row()},
-                        {"uniform_last", probe.uniform_last()},
-                        {"sink_rate", probe.SinkRate(0.3)}};
+  return options_.probe.measure(*model_, inputs_.data(), B, T);
 }
 
 Status Trainer::SaveCheckpointNow() {
@@ -157,6 +151,10 @@ Status Trainer::Run(int64_t until) {
   if (T > model_->config().context) {
     return Status::InvalidArgument("seq_len " + std::to_string(T) + " exceeds the context " +
                                    std::to_string(model_->config().context));
+  }
+  if (options_.probe_every > 0 && !options_.probe.measure) {
+    return Status::InvalidArgument("probe_every is " + std::to_string(options_.probe_every) +
+                                   " but no probe was given (TrainOptions::probe)");
   }
   if ((options_.first_token_replace > 0 || options_.first_token_drop > 0) && options_.bos < 0) {
     return Status::InvalidArgument("first-token augmentation needs a BOS token (options.bos)");
@@ -246,7 +244,7 @@ Status Trainer::Run(int64_t until) {
       ATTNLAB_ASSIGN_OR_RETURN(rec.val_loss, Evaluate());
     }
     if (options_.probe_every > 0 && (opt_.step() % options_.probe_every == 0 || last)) {
-      ATTNLAB_ASSIGN_OR_RETURN(rec.probe, ProbeFirstToken());
+      ATTNLAB_ASSIGN_OR_RETURN(rec.probe, Probe());
     }
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - t_last).count();
@@ -261,13 +259,8 @@ Status Trainer::Run(int64_t until) {
                      rec.lr, rec.grad_norm, rec.tokens_per_s, FormatDuration(eta).c_str());
         if (rec.val_loss >= 0) std::fprintf(stderr, " | val %.4f", rec.val_loss);
         if (aux_) std::fprintf(stderr, " | aux %.4f", rec.aux_loss);
-        if (!rec.probe.is_null()) {
-          double best = 0;
-          for (const auto& layer : rec.probe["alpha1"]) {
-            for (const auto& a : layer) best = std::max(best, a.get<double>());
-          }
-          std::fprintf(stderr, " | max alpha1 %.3f sink %.2f", best,
-                       rec.probe["sink_rate"].get<double>());
+        if (!rec.probe.is_null() && options_.probe.progress) {
+          std::fprintf(stderr, " | %s", options_.probe.progress(rec.probe).c_str());
         }
         std::fprintf(stderr, "\n");
       }

@@ -22,6 +22,17 @@
 
 namespace attnlab {
 
+// A measurement taken on the model during training. The trainer knows nothing of what it
+// measures: `measure` gets the model and the first validation batch (tokens [batch, len], the
+// same batch every time; BOS-prefixed like every batch) and returns a JSON record, stored in
+// TrainRecord::probe and the log; `progress` (optional) gives text for the progress line.
+struct TrainProbe {
+  std::function<Result<nlohmann::json>(Gpt& model, const int32_t* tokens, int64_t batch,
+                                        int64_t len)>
+      measure;
+  std::function<std::string(const nlohmann::json& record)> progress;
+};
+
 struct TrainOptions {
   int64_t batch = 16;     // sequences per micro-batch
   int64_t seq_len = 0;    // tokens per sequence; 0: the model's context
@@ -38,10 +49,11 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps; 0: only at the end (if out_dir is set)
   std::string out_dir;           // checkpoint directory (and train_log.jsonl next to it)
   int64_t max_bad_steps = 20;    // consecutive NaN/Inf steps before giving up
-  // Every probe_every steps (0: never), measure attention on the first token (alpha_1 per layer
-  // and head, Sink_1^0.3; diagnostics/first_token_probe.h) on the first validation batch and
-  // record it in the log: the sink-emergence curve.
+  // Every probe_every steps (0: never) and at the last step, `probe` measures the model on the
+  // first validation batch and the result is recorded in the log (e.g. the first-token attention
+  // of diagnostics/first_token_probe.h: the sink-emergence curve). Required when probe_every > 0.
   int64_t probe_every = 0;
+  TrainProbe probe;
   // Auxiliary losses (experiments): a head-diversity penalty and a contrastive loss between
   // layers are applied by the callback after each Backward, adding to gradients.
   std::function<Status(Gpt&, double* extra_loss)> auxiliary;
@@ -62,7 +74,7 @@ struct TrainRecord {
   bool skipped = false;  // NaN/Inf: the update was skipped
   double aux_loss = 0;   // weighted auxiliary loss (diversity_weight D + contrastive_weight I)
   double diversity = 0, contrastive = 0;  // D and I (unweighted), 0 when off
-  nlohmann::json probe;  // null, or {"alpha1": [[per head] per layer], "sink_rate": x, ...}
+  nlohmann::json probe;  // null, or what TrainOptions::probe measured at this step
 };
 
 class Trainer {
@@ -82,8 +94,8 @@ class Trainer {
   // Mean validation loss over options.eval_batches batches of validation windows.
   Result<double> Evaluate();
 
-  // First-token attention on the first validation batch (see TrainOptions::probe_every).
-  Result<nlohmann::json> ProbeFirstToken();
+  // TrainOptions::probe on the first validation batch. InvalidArgument without a probe.
+  Result<nlohmann::json> Probe();
 
   const std::vector<TrainRecord>& history() const { return history_; }
   int64_t step() const { return opt_.step(); }

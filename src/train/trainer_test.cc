@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "core/atomic_file.h"
-#include "model/checkpoint.h"
-#include "model/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/loaded_model.h"
+#include "formats/safetensors.h"
+#include "model/test_models.h"
 #include "train/token_data.h"
 #include "train/trainer.h"
 
@@ -17,14 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The trainer's model: wider than the fixture's default, with GPT-2's MLP width (4 C) and
+// init std (0.02), so that 60 steps of AdamW visibly learn the corpus.
 ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.vocab_size = 24;
-  c.context = 16;
-  c.d_model = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
+  return test_models::TinyConfig({.vocab_size = 24, .context = 16, .d_model = 32,
+                                  .mlp_hidden = 0, .init_std = ModelConfig{}.init_std});
 }
 
 // A corpus with structure: repeated "words" over a small alphabet.
@@ -63,13 +63,12 @@ std::string TempDir(const std::string& name) {
 
 TEST(Trainer, LossFallsOnStructuredData) {
   ModelConfig c = TinyConfig();
-  auto g = Gpt::Create(c);
-  ASSERT_TRUE(g.ok());
-  g.value()->params().Initialize(c, 1);
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 1);
+  ASSERT_NE(g, nullptr);
   TrainOptions o = Options();
   o.steps = 60;
   o.eval_every = 0;
-  Trainer t(g.value().get(), o, Corpus(4000, 1), Corpus(1000, 2));
+  Trainer t(g.get(), o, Corpus(4000, 1), Corpus(1000, 2));
   ASSERT_TRUE(t.Run().ok());
   const auto& h = t.history();
   ASSERT_EQ(h.size(), 60u);
@@ -81,19 +80,17 @@ TEST(Trainer, ResumedRunFollowsTheUninterruptedLossCurveExactly) {
   const ModelConfig c = TinyConfig();
   const auto train = Corpus(4000, 3), val = Corpus(1000, 4);
   // A: ten steps straight.
-  auto a = Gpt::Create(c);
-  ASSERT_TRUE(a.ok());
-  a.value()->params().Initialize(c, 7);
-  Trainer ta(a.value().get(), Options(), train, val);
+  std::unique_ptr<Gpt> a = test_models::TinyModel(c, 7);
+  ASSERT_NE(a, nullptr);
+  Trainer ta(a.get(), Options(), train, val);
   ASSERT_TRUE(ta.Run().ok());
   // B: the same run stopped after five steps, checkpointed.
   const std::string dir = TempDir("resume") + "/ckpt";
-  auto b = Gpt::Create(c);
-  ASSERT_TRUE(b.ok());
-  b.value()->params().Initialize(c, 7);
+  std::unique_ptr<Gpt> b = test_models::TinyModel(c, 7);
+  ASSERT_NE(b, nullptr);
   TrainOptions ob = Options();
   ob.out_dir = dir;
-  Trainer tb(b.value().get(), ob, train, val);
+  Trainer tb(b.get(), ob, train, val);
   ASSERT_TRUE(tb.Run(5).ok());
   // C: a fresh process' view: load the checkpoint and finish.
   auto loaded = LoadCheckpoint(dir);
@@ -117,23 +114,22 @@ TEST(Trainer, ResumedRunFollowsTheUninterruptedLossCurveExactly) {
 
 TEST(Trainer, NaNGradientsSkipTheUpdateAndRepeatedNaNStopsTraining) {
   ModelConfig c = TinyConfig();
-  auto g = Gpt::Create(c);
-  ASSERT_TRUE(g.ok());
-  g.value()->params().Initialize(c, 1);
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 1);
+  ASSERT_NE(g, nullptr);
   TrainOptions o = Options();
   o.max_bad_steps = 3;
   o.auxiliary = [](Gpt& m, double*) {
     m.grads().data()[0] = NAN;  // poison every step's gradient
     return Status::Ok();
   };
-  std::vector<float> before(g.value()->params().data(),
-                            g.value()->params().data() + g.value()->params().size());
-  Trainer t(g.value().get(), o, Corpus(4000, 1), Corpus(1000, 2));
+  std::vector<float> before(g->params().data(),
+                            g->params().data() + g->params().size());
+  Trainer t(g.get(), o, Corpus(4000, 1), Corpus(1000, 2));
   const Status st = t.Run();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("NaN"), std::string::npos) << st.ToString();
   // Parameters never moved.
-  EXPECT_EQ(0, std::memcmp(before.data(), g.value()->params().data(), before.size() * 4));
+  EXPECT_EQ(0, std::memcmp(before.data(), g->params().data(), before.size() * 4));
 }
 
 TEST(Trainer, NaNLossSkipsStepsAndRepeatedNaNStopsWithoutACheckpoint) {
@@ -141,15 +137,14 @@ TEST(Trainer, NaNLossSkipsStepsAndRepeatedNaNStopsWithoutACheckpoint) {
   // LoadCheckpoint refuses): each step is skipped, and after max_bad_steps the run stops with a
   // message; nothing is saved, so the previous checkpoint (none here) stays the last good one.
   ModelConfig c = TinyConfig();
-  auto g = Gpt::Create(c);
-  ASSERT_TRUE(g.ok());
-  g.value()->params().Initialize(c, 1);
-  const ParamInfo& wte = *g.value()->params().Find("wte");
-  g.value()->params().Slice(wte)[5] = NAN;
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 1);
+  ASSERT_NE(g, nullptr);
+  const ParamInfo& wte = *g->params().Find("wte");
+  g->params().Slice(wte)[5] = NAN;
   TrainOptions o = Options();
   o.max_bad_steps = 4;
   o.out_dir = TempDir("nanloss") + "/ckpt";
-  Trainer t(g.value().get(), o, Corpus(4000, 1), Corpus(1000, 2));
+  Trainer t(g.get(), o, Corpus(4000, 1), Corpus(1000, 2));
   const Status st = t.Run();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("4 consecutive steps with NaN/Inf loss"), std::string::npos)
@@ -167,9 +162,8 @@ TEST(Trainer, AnInfGradientSkipsOneStepAndTrainingGoesOn) {
   // step still advances so later batches stay those of the uninterrupted schedule), the run
   // finishes, and what it saves is finite and loads.
   const ModelConfig c = TinyConfig();
-  auto g = Gpt::Create(c);
-  ASSERT_TRUE(g.ok());
-  g.value()->params().Initialize(c, 3);
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 3);
+  ASSERT_NE(g, nullptr);
   TrainOptions o = Options();
   o.steps = 6;
   o.out_dir = TempDir("infgrad") + "/ckpt";
@@ -184,7 +178,7 @@ TEST(Trainer, AnInfGradientSkipsOneStepAndTrainingGoesOn) {
     if (calls == 4) after_bad.assign(m.params().data(), m.params().data() + m.params().size());
     return Status::Ok();
   };
-  Trainer t(g.value().get(), o, Corpus(4000, 5), Corpus(1000, 6));
+  Trainer t(g.get(), o, Corpus(4000, 5), Corpus(1000, 6));
   ASSERT_TRUE(t.Run().ok());
   ASSERT_EQ(t.history().size(), 6u);
   for (size_t i = 0; i < 6; ++i) {

@@ -1,0 +1,98 @@
+#include "formats/load_model.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/atomic_file.h"
+#include "core/files.h"
+#include "formats/checkpoint.h"
+#include "formats/hf_gpt2.h"
+#include "formats/llmc.h"
+
+namespace attnlab {
+
+namespace {
+constexpr char kConfigFile[] = "config.json";
+constexpr char kModelFile[] = "model.safetensors";
+}  // namespace
+
+Result<LoadedModel> LoadAnyModel(const std::string& path) {
+  const std::string expected =
+      "expected an attnlab checkpoint directory (config.json with \"format\": "
+      "\"attnlab-checkpoint\"), a Hugging Face GPT-2 directory (model.safetensors [+ "
+      "config.json]), a .safetensors file, or an llm.c .bin file (magic 20240326)";
+  auto from_checkpoint = [&](const std::string& dir) -> Result<LoadedModel> {
+    ATTNLAB_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir));
+    LoadedModel m;
+    m.config = ck.config;
+    m.params = std::move(ck.params);
+    m.format = kCheckpointFormat;
+    m.path = ck.loaded_from;
+    m.meta = std::move(ck.meta);
+    if (ck.loaded_from != dir && ck.loaded_from == dir + ".old") {
+      m.notes.push_back(dir + " is missing; loaded " + ck.loaded_from +
+                        ", the previous checkpoint kept by an interrupted save");
+    }
+    return m;
+  };
+  switch (KindOf(path)) {
+    case PathKind::kMissing: {
+      auto d = NormalizeCheckpointDir(path);
+      if (d.ok() && KindOf(*d + ".old") == PathKind::kDirectory && IsCheckpointDir(*d)) {
+        return from_checkpoint(*d);
+      }
+      return Status::NotFound(path + ": no such file or directory");
+    }
+    case PathKind::kOther:
+      return Status::InvalidArgument(path + ": not a model: not a regular file or directory; " +
+                                     expected);
+    case PathKind::kDirectory: {
+      const Result<std::string> normalized = NormalizeCheckpointDir(path);
+      const std::string dir = normalized.ok() ? normalized.value() : path;
+      const std::string cfg = dir + "/" + kConfigFile;
+      if (KindOf(cfg) == PathKind::kFile) {
+        ATTNLAB_ASSIGN_OR_RETURN(const bool is_checkpoint, IsCheckpointConfigFile(cfg));
+        if (is_checkpoint) return from_checkpoint(dir);
+      }
+      if (KindOf(dir + "/" + kModelFile) == PathKind::kFile) return LoadHfGpt2(dir);
+      if (KindOf(dir + "/pytorch_model.bin") == PathKind::kFile) {
+        return Status::InvalidArgument(
+            path +
+            ": not a model attnlab reads: only pytorch_model.bin (a pickle) is there. Hint: "
+            "save it as safetensors (model.save_pretrained(dir, safe_serialization=True))");
+      }
+      return Status::InvalidArgument(path + ": not a model: " + expected);
+    }
+    case PathKind::kFile:
+      break;
+  }
+  // Detect by the first bytes.
+  std::string first;
+  {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return Status::IoError(path + ": cannot open: " + ErrnoMessage(errno));
+    char buf[16];
+    const size_t r = std::fread(buf, 1, sizeof(buf), f);
+    std::fclose(f);
+    first.assign(buf, r);
+  }
+  if (first.size() >= 4) {
+    int32_t magic;
+    std::memcpy(&magic, first.data(), 4);
+    if (magic == kLlmcMagic) return LoadLlmc(path);
+  }
+  if (first.size() >= 9 && first[8] == '{') return LoadHfGpt2(path);
+  if (BaseName(path) == kConfigFile) {
+    auto is_checkpoint = IsCheckpointConfigFile(path);
+    if (is_checkpoint.ok() && *is_checkpoint) return from_checkpoint(ParentDirectory(path));
+  }
+  if (first.rfind("PK\x03\x04", 0) == 0) {
+    return Status::InvalidArgument(path +
+                                   ": not a model attnlab reads: a zip file (PyTorch's "
+                                   "torch.save format?). Hint: save the state dict as safetensors");
+  }
+  return Status::InvalidArgument(path + ": not a model: " + expected);
+}
+
+}  // namespace attnlab

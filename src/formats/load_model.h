@@ -1,0 +1,24 @@
+// One entry point that loads any model file attnlab reads: attnlab checkpoints
+// (formats/checkpoint.h), Hugging Face GPT-2 safetensors (formats/hf_gpt2.h) and llm.c .bin
+// files (formats/llmc.h). The only file that knows every format; no format includes it.
+#ifndef ATTNLAB_FORMATS_LOAD_MODEL_H_
+#define ATTNLAB_FORMATS_LOAD_MODEL_H_
+
+#include <string>
+
+#include "attnlab/status.h"
+#include "formats/loaded_model.h"
+
+namespace attnlab {
+
+// Detects the format of `path` by content:
+//   a directory with config.json saying "format": "attnlab-checkpoint" (or only DIR.old)
+//     -> LoadCheckpoint
+//   a directory with model.safetensors, or a safetensors file -> LoadHfGpt2 (hf_gpt2.h)
+//   a file starting with llm.c's magic 20240326 -> LoadLlmc (llmc.h)
+// Anything else: InvalidArgument "not a model: expected ..." (NotFound when nothing is there).
+Result<LoadedModel> LoadAnyModel(const std::string& path);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_FORMATS_LOAD_MODEL_H_

@@ -1,0 +1,45 @@
+// What every model-file loader returns (a config and its parameters), and the checks and
+// copies the loaders share. The bottom of formats/: each format (checkpoint.h, hf_gpt2.h,
+// llmc.h) includes this file; formats/load_model.h, above them all, picks the format.
+#ifndef ATTNLAB_FORMATS_LOADED_MODEL_H_
+#define ATTNLAB_FORMATS_LOADED_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnlab/model_config.h"
+#include "attnlab/status.h"
+#include "model/parameters.h"
+
+namespace attnlab {
+
+class Gpt;
+
+// A model ready to run: Gpt::Create(config), then CopyParameters(params, &gpt->params()) (or
+// MakeGpt, which does both).
+struct LoadedModel {
+  ModelConfig config;
+  ParameterStore params;  // laid out by ParameterLayout(config)
+  std::string format;     // "attnlab-checkpoint", "hf-gpt2" or "llm.c"
+  std::string path;       // what was read (e.g. DIR.old, or DIR/model.safetensors)
+  nlohmann::json meta =
+      nlohmann::json::object();    // checkpoint: trainer metadata; others: source details
+  std::vector<std::string> notes;  // assumptions made while loading, for the user to see
+};
+
+// Copies src into dst. InvalidArgument unless both have the same layout (names, shapes, offsets).
+Status CopyParameters(const ParameterStore& src, ParameterStore* dst);
+
+// Gpt::Create(m.config) with m.params copied in.
+Result<std::unique_ptr<Gpt>> MakeGpt(const LoadedModel& m);
+
+// InvalidArgument "<what>: tensor '<tensor>' has NaN at index i (of n)" (or +Inf/-Inf) if any
+// of x[0, n) is not finite. Shared by the loaders.
+Status CheckFinite(const float* x, int64_t n, const std::string& what, const std::string& tensor);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_FORMATS_LOADED_MODEL_H_
