@@ -177,6 +177,12 @@ Status AttentionForwardFlash(const AttentionShape& shape, const AttentionParams&
                              std::span<float> lse = {});
 
 // Recomputes P from `lse` (the forward's) instead of storing it. `out` is the forward's output.
+// Extra memory, exactly: at most 16 * (len_q + len_k + 256) * (head_dim + 16) bytes per worker
+// thread, plus 8 bytes per (batch, query head) for kSinkLogit; never len_q x len_k. That covers
+// one key chunk's packed K, V, dK, dV per thread and, when batch * heads_kv < threads splits the
+// keys into chunks, the dQ partials: one query head per (batch, kv head, chunk) at a time
+// (the heads of a group take turns), fewer than 3 * len_q * head_dim floats per thread, never a
+// dQ copy per chunk. (internal::FlashBackwardScratch gives the buffer sizes.)
 Status AttentionBackwardFlash(const AttentionShape& shape, const AttentionParams& params,
                               const AttentionTensor& q, const AttentionTensor& k,
                               const AttentionTensor& v, const AttentionTensor& out,

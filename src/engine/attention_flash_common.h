@@ -71,6 +71,83 @@ inline FlashForwardScratchSizes FlashForwardScratch(const AttentionShape& s, con
   return z;
 }
 
+// How the backward splits work. A task owns (batch, kv head, chunk of keys), so dK and dV need
+// no synchronisation. When batch * heads_kv < threads, keys are split into n_kchunks chunks for
+// parallelism; each chunk's dQ contribution then goes to a partial buffer, and the partials are
+// summed in chunk order (bit-reproducible for a fixed thread count). To bound those buffers the
+// query heads of each group are then processed in `passes` passes of heads_per_pass = 1 head
+// (a pass is one parallel region over the tasks followed by its dQ reduction; dK and dV carry
+// over between passes), so the partials hold one query head per (batch, kv head, chunk), not a
+// dQ copy per chunk. Unsplit: one pass over all heads of the group, dQ written directly.
+struct FlashBackwardPlan {
+  int64_t group = 1;           // query heads per kv head
+  int64_t d_pad = 16;          // head_dim rounded up to 16 lanes
+  int64_t kchunk = 1;          // keys per task (multiple of kBlockK, or all of len_k)
+  int64_t n_kchunks = 1;       // ceil(len_k / kchunk)
+  int64_t heads_per_pass = 1;  // query heads of each group per pass (group when n_kchunks == 1)
+  int64_t passes = 1;          // group / heads_per_pass
+};
+
+constexpr int64_t kBackwardRows = 32;  // query rows per backward sub-block (multiple of 16)
+
+inline FlashBackwardPlan MakeFlashBackwardPlan(const AttentionShape& s, int threads) {
+  FlashBackwardPlan p;
+  p.group = s.heads_q / s.heads_kv;
+  p.d_pad = RoundUp(s.head_dim, 16);
+  const int64_t bh = s.batch * s.heads_kv;
+  p.n_kchunks = 1;
+  if (bh < threads) {
+    p.n_kchunks = std::min(CeilDiv(s.len_k, kBlockK), CeilDiv(2 * threads, bh));
+  }
+  p.kchunk = p.n_kchunks == 1 ? s.len_k : RoundUp(CeilDiv(s.len_k, p.n_kchunks), kBlockK);
+  p.n_kchunks = CeilDiv(s.len_k, p.kchunk);
+  p.heads_per_pass = p.n_kchunks == 1 ? p.group : 1;
+  p.passes = p.group / p.heads_per_pass;
+  return p;
+}
+
+// The backward's scratch, buffer by buffer (the kernel allocates exactly this). Per worker
+// thread, in floats: packed keys / values and the dK / dV accumulators of one key chunk
+// ([kchunk rounded up to kBlockK][d_pad] each), Q^T and dO^T ([head_dim][kBackwardRows]), Q, dO
+// and the dQ accumulator ([kBackwardRows][d_pad]), the S^T and dP^T tiles ([kBlockK]
+// [kBackwardRows]), lse and D per row; in int64: the query head and index of each row. Shared:
+// the dQ partials ([n_kchunks][batch * heads_kv][len_q][head_dim] floats, one pass's heads, when
+// keys are split) and the d sink partials (batch * heads_q doubles, kSinkLogit).
+struct FlashBackwardScratchSizes {
+  int64_t kp = 0, vp = 0, dk = 0, dv = 0, qt = 0, dot = 0, qp = 0, dop = 0, dq = 0, st = 0,
+          dpt = 0, lse2 = 0, dd = 0;
+  int64_t row_index = 0;      // int64 entries per thread
+  int64_t dq_partial = 0;     // floats, shared
+  int64_t dsink_partial = 0;  // doubles, shared
+  // Per thread, every float buffer rounded up to 64 bytes (AlignedBuffer), plus the indices.
+  int64_t BytesPerThread() const {
+    int64_t b = 0;
+    for (int64_t f : {kp, vp, dk, dv, qt, dot, qp, dop, dq, st, dpt, lse2, dd}) {
+      b += (f * 4 + 63) / 64 * 64;
+    }
+    return b + row_index * 8;
+  }
+  int64_t SharedBytes() const { return dq_partial * 4 + dsink_partial * 8; }
+  int64_t TotalBytes(int threads) const { return threads * BytesPerThread() + SharedBytes(); }
+};
+
+inline FlashBackwardScratchSizes FlashBackwardScratch(const AttentionShape& s,
+                                                      const FlashBackwardPlan& p,
+                                                      SoftmaxKind softmax) {
+  FlashBackwardScratchSizes z;
+  z.kp = z.vp = z.dk = z.dv = RoundUp(p.kchunk, kBlockK) * p.d_pad;
+  z.qt = z.dot = s.head_dim * kBackwardRows;
+  z.qp = z.dop = z.dq = kBackwardRows * p.d_pad;
+  z.st = z.dpt = kBlockK * kBackwardRows;
+  z.lse2 = z.dd = kBackwardRows;
+  z.row_index = kBackwardRows + s.len_q;
+  z.dq_partial =
+      p.n_kchunks > 1 ? p.n_kchunks * s.batch * s.heads_kv * p.heads_per_pass * s.len_q * s.head_dim
+                      : 0;
+  z.dsink_partial = softmax == SoftmaxKind::kSinkLogit ? s.batch * s.heads_q : 0;
+  return z;
+}
+
 // The keys any row in [i0, i0 + rows) may see: [0, sink_end) U [lo, hi] (a superset).
 struct KeySpan {
   int64_t sink_end, lo, hi;

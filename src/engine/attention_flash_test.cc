@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "attnlab/attention.h"
+#include "attnlab/thread_pool.h"
+#include "engine/attention_flash_common.h"
 #include "engine/attention_test_util.h"
 
 namespace attnlab {
@@ -202,6 +204,197 @@ TEST(AttentionFlash, IsBitReproducible) {
   run(o2, g2);
   EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)));
+}
+
+// attention.h's memory contract for AttentionBackwardFlash, in bytes for `threads` workers:
+// 16 (len_q + len_k + 256) (head_dim + 16) per worker thread, plus 8 per (batch, query head)
+// for kSinkLogit.
+int64_t BackwardContractBytes(const AttentionShape& s, int threads, SoftmaxKind kind) {
+  const int64_t per_thread = 16 * (s.len_q + s.len_k + 256) * (s.head_dim + 16);
+  return threads * per_thread + (kind == SoftmaxKind::kSinkLogit ? 8 * s.batch * s.heads_q : 0);
+}
+
+// The backward's scratch (internal::FlashBackwardScratch, which is what the kernel allocates)
+// within attention.h's bound, above all where keys are split across tasks: batch 1, MQA, many
+// threads, long N. Keeping a dQ copy per key chunk there (n_kchunks * heads_q * len_q *
+// head_dim floats: 275 GB for the first shape) broke the bound by 7x; the partials now hold one
+// query head per chunk. Sizes only: nothing is allocated.
+TEST(AttentionFlash, BackwardScratchWithinContract) {
+  struct Case {
+    AttentionShape shape;
+    int threads;
+  };
+  const Case cases[] = {
+      {{1, 32, 1, 131072, 131072, 128}, 64},  // MQA, long N, 128 key chunks
+      {{1, 64, 8, 32768, 32768, 64}, 32},     // GQA 8:1, 8 chunks per kv head
+      {{1, 4, 1, 97, 97, 59}, 16},            // 2 chunks
+      {{2, 8, 2, 1025, 1025, 32}, 16},        // GQA, awkward N
+      {{3, 4, 4, 4096, 512, 80}, 2},          // no split (batch * heads_kv >= threads)
+      {{1, 1, 1, 1, 1, 1}, 1},                // smallest
+  };
+  for (const Case& c : cases) {
+    for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSinkLogit}) {
+      const AttentionShape& s = c.shape;
+      const internal::FlashBackwardPlan plan = internal::MakeFlashBackwardPlan(s, c.threads);
+      const internal::FlashBackwardScratchSizes z = internal::FlashBackwardScratch(s, plan, kind);
+      const int64_t bound = BackwardContractBytes(s, c.threads, kind);
+      SCOPED_TRACE("B " + std::to_string(s.batch) + " Hq " + std::to_string(s.heads_q) + " Hkv " +
+                   std::to_string(s.heads_kv) + " N " + std::to_string(s.len_q) + "/" +
+                   std::to_string(s.len_k) + " D " + std::to_string(s.head_dim) + " threads " +
+                   std::to_string(c.threads) + " key chunks " + std::to_string(plan.n_kchunks));
+      EXPECT_LE(z.TotalBytes(c.threads), bound)
+          << "scratch " << z.TotalBytes(c.threads) / 1e9 << " GB, contract " << bound / 1e9
+          << " GB (dQ partials " << z.dq_partial * 4 / 1e9 << " GB)";
+    }
+  }
+  // The first case does split its keys (else the check above would say nothing about partials).
+  const internal::FlashBackwardPlan plan = internal::MakeFlashBackwardPlan(cases[0].shape, 64);
+  EXPECT_EQ(plan.n_kchunks, 128);
+  EXPECT_EQ(plan.passes, 32);
+}
+
+// Keys split across tasks (batch * heads_kv < threads: an explicit pool of 16 threads): dQ from
+// the partials of every chunk and dK, dV carried across the per-head passes match the
+// reference, for awkward lengths (97, 1025 keys: chunks that divide neither), GQA and MQA,
+// causal and bidirectional windows, global tokens, sinks and explicit masks, every variant.
+TEST(AttentionFlash, BackwardWithKeysSplitMatchesReference) {
+  ThreadPool pool(16);
+  std::mt19937_64 rng(2024);
+  struct Config {
+    AttentionShape shape;
+    bool causal;
+    int64_t window_left, window_right, n_sink, n_global;
+    bool explicit_mask;
+  };
+  const Config configs[] = {
+      {{1, 4, 1, 97, 97, 59}, true, -1, -1, 0, 0, false},
+      {{1, 4, 2, 97, 97, 16}, false, 30, 5, 0, 20, false},
+      {{1, 8, 2, 300, 1025, 32}, true, 200, -1, 2, 0, false},
+      {{2, 3, 1, 1025, 1025, 8}, false, 64, 64, 0, 70, false},
+      {{1, 2, 1, 97, 1025, 24}, true, -1, -1, 0, 0, true},
+      {{1, 1, 1, 1025, 1025, 16}, true, 100, -1, 0, 0, false},
+  };
+  double worst = 0;
+  for (const Config& cfg : configs) {
+    for (int variant = 0; variant < 4; ++variant) {
+      AttentionCase c;
+      c.shape = cfg.shape;
+      AttentionMask& m = c.params.mask;
+      m.causal = cfg.causal;
+      m.window_left = cfg.window_left;
+      m.window_right = cfg.window_right;
+      m.n_sink = cfg.n_sink;
+      m.n_global = cfg.n_global;
+      c.params.softmax = static_cast<SoftmaxKind>(variant);
+      if (cfg.explicit_mask) testing::AddRandomExplicitMask(rng, c);
+      testing::FillCase(rng, c, testing::Layout::kPadded);
+      c.params.pool = &pool;
+      const internal::FlashBackwardPlan plan =
+          internal::MakeFlashBackwardPlan(c.shape, pool.num_threads());
+      ASSERT_GT(plan.n_kchunks, 1) << "this test is about split keys";
+      SCOPED_TRACE(c.Describe() + " key chunks " + std::to_string(plan.n_kchunks));
+      worst = std::max(worst, CheckCase(c));
+    }
+  }
+  std::printf("split-key configurations; worst error / tolerance = %.3f\n", worst);
+}
+
+// Split keys and several passes: the same inputs and thread count give bit-identical gradients.
+TEST(AttentionFlash, BackwardWithKeysSplitIsBitReproducible) {
+  ThreadPool pool(16);
+  std::mt19937_64 rng(8);
+  AttentionCase c;
+  c.shape = AttentionShape{1, 4, 1, 257, 1025, 24};
+  c.params.mask.causal = true;
+  c.params.mask.window_left = 300;
+  c.params.softmax = SoftmaxKind::kSinkLogit;
+  testing::FillCase(rng, c, testing::Layout::kContiguous);
+  c.params.pool = &pool;
+  const AttentionShape& s = c.shape;
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    Tensor4<float> out, dq, dk, dv;
+    out.Init(s.batch, s.heads_q, s.len_q, s.head_dim, c.q.layout);
+    dq.Init(s.batch, s.heads_q, s.len_q, s.head_dim, c.q.layout);
+    dk.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, c.q.layout);
+    dv.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, c.q.layout);
+    std::vector<float> lse(s.batch * s.heads_q * s.len_q), dsink(s.heads_q);
+    ASSERT_TRUE(AttentionForwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(),
+                                      out.view, lse)
+                    .ok());
+    ASSERT_TRUE(AttentionBackwardFlash(s, c.params, c.q.cview(), c.k.cview(), c.v.cview(),
+                                       out.cview(), lse, c.dout.cview(), dq.view, dk.view, dv.view,
+                                       dsink)
+                    .ok());
+    std::vector<float> all = dq.data;
+    for (const auto* g : {&dk.data, &dv.data, &dsink}) all.insert(all.end(), g->begin(), g->end());
+    if (run == 0) {
+      first = all;
+    } else {
+      ASSERT_EQ(first.size(), all.size());
+      EXPECT_EQ(0, std::memcmp(first.data(), all.data(), all.size() * sizeof(float)));
+    }
+  }
+}
+
+// d sink_h = -sum_i P_sink,i D_i sums one term per row: at N = 131072 a float running sum lost
+// 5e-4 relative here (each of the last 65536 additions rounds to a multiple of ulp(sum), ~2^-7
+// of a term, and equal terms round the same way), against 1.5e-7 summed in double. Here
+// every term past row 16 is the same (q = 0: uniform attention over a causal window of 16 + 1
+// keys; every value vector v and dO row the same), the case where the rounding errors all have
+// one sign. The truth in closed form, in double, with n_i = min(i + 1, 17) visible keys:
+//   P_sink,i = e^b / (e^b + n_i),  O_i = (1 - P_sink,i) v,  D_i = (1 - P_sink,i) dO . v,
+//   d sink = -sum_i P_sink,i D_i.
+// Tolerance (fp32 per row, summed in double): 2 kC u kappa |d sink|, kappa = log2(17 + 1) + 1
+// (the logits are exactly 0; a row sums at most 17 terms), as in CheckCase; ~1e-5 relative.
+TEST(AttentionFlash, SinkGradientAtLongSequenceIsSummedInDouble) {
+  const int64_t n = 131072, hd = 8, window = 16;
+  const AttentionShape s{1, 1, 1, n, n, hd};
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<float> pos(0.5f, 1.5f);
+  std::vector<float> q(n * hd, 0.0f), k(n * hd), v(n * hd), dout(n * hd), sinks = {0.75f};
+  std::vector<float> v_row(hd), do_row(hd);
+  for (float& x : v_row) x = pos(rng);
+  for (float& x : do_row) x = pos(rng);
+  std::normal_distribution<float> nd;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < hd; ++d) {
+      k[i * hd + d] = nd(rng);  // irrelevant to the scores (q = 0), but not degenerate
+      v[i * hd + d] = v_row[d];
+      dout[i * hd + d] = do_row[d];
+    }
+  }
+  AttentionParams p;
+  p.mask.causal = true;
+  p.mask.window_left = window;
+  p.softmax = SoftmaxKind::kSinkLogit;
+  p.sink_logits = sinks;
+  ThreadPool pool(4);
+  p.pool = &pool;
+  auto cv = [&](const std::vector<float>& x) {
+    return ContiguousView<const float>(x.data(), 1, 1, n, hd);
+  };
+  auto mv = [&](std::vector<float>& x) { return ContiguousView<float>(x.data(), 1, 1, n, hd); };
+  std::vector<float> out(n * hd), dq(n * hd), dk(n * hd), dv(n * hd), lse(n), dsink(1);
+  ASSERT_TRUE(AttentionForwardFlash(s, p, cv(q), cv(k), cv(v), mv(out), lse).ok());
+  ASSERT_TRUE(AttentionBackwardFlash(s, p, cv(q), cv(k), cv(v), cv(out), lse, cv(dout), mv(dq),
+                                     mv(dk), mv(dv), dsink)
+                  .ok());
+  double dot = 0;
+  for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(do_row[d]) * v_row[d];
+  const double eb = std::exp(static_cast<double>(sinks[0]));
+  double truth = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double p_sink = eb / (eb + static_cast<double>(std::min(i + 1, window + 1)));
+    truth -= p_sink * (1 - p_sink) * dot;
+  }
+  const double kappa = std::log2(static_cast<double>(window + 1) + 1) + 1;
+  const double tol = 2 * kC * kU * kappa * std::abs(truth);
+  const double err = std::abs(dsink[0] - truth);
+  std::printf("d sink at N = %lld: %.9g vs %.9g, relative error %.2g (tolerance %.2g)\n",
+              static_cast<long long>(n), dsink[0], truth, err / std::abs(truth),
+              tol / std::abs(truth));
+  EXPECT_LE(err, tol) << "d sink " << dsink[0] << " vs " << truth;
 }
 
 // NaN in the inputs (docs/BAD_INPUTS.md, .npy NaN row): both twins compute as IEEE arithmetic and
