@@ -245,6 +245,8 @@ def main():
             # the global flag
             ("global/out-of-range", ["--threads", "0", "memory", "--n", "4"],
              "--threads: Value 0 not in range 1 to 1024", []),
+            ("global/out-of-range-simd", ["--simd", "avx3", "memory", "--n", "4"],
+             "--simd: unknown SIMD target 'avx3'; expected baseline, avx2 or avx512", []),
             # wrong types: a directory where a file belongs, a file where a directory belongs,
             # a file of the wrong kind or dtype
             ("attention/wrong-type-directory", ["attention", "--q", "adir", "--k", "k.npy", "--v",

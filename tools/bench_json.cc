@@ -32,7 +32,8 @@ BenchDocument::BenchDocument(const std::string& command)
       date_(UtcIso8601()),
       version_(cli::BuildVersion() + " (commit " + cli::BuildCommit() + ")"),
       simd_compiled_(cli::CompiledSimd()),
-      simd_cpu_(cli::CpuSimd()) {
+      simd_cpu_(cli::CpuSimd()),
+      simd_kernels_(cli::KernelSimd()) {
   MatchOneDnnThreads();
   threads_ = DefaultThreadCount();
   onednn_threads_ = omp_get_max_threads();
@@ -89,7 +90,7 @@ nlohmann::ordered_json BenchDocument::ToJson() const {
   j["onednn_threads"] = onednn_threads_;
   j["date"] = date_;
   j["version"] = version_;
-  j["simd"] = {{"compiled", simd_compiled_}, {"cpu", simd_cpu_}};
+  j["simd"] = {{"compiled", simd_compiled_}, {"kernels", simd_kernels_}, {"cpu", simd_cpu_}};
   j["settings"] = settings_;
   j["memory_estimate_bytes"] =
       memory_estimate_ >= 0 ? nlohmann::ordered_json(memory_estimate_) : nlohmann::ordered_json();

@@ -5,7 +5,8 @@
 //
 //   {"schema": "attnlab-bench/1", "command": "bench decode", "cpu": "...", "threads": 2,
 //    "onednn_threads": 2, "date": "2025-01-31T12:00:00Z", "version": "0.1.0 (commit abc)",
-//    "simd": {"compiled": "AVX-512+BF16", "cpu": "AVX-512"},
+//    "simd": {"compiled": "SSE4.2", "kernels": "avx512 (x86-64-v4, 16 lanes, tile 6x64)",
+//             "cpu": "AVX-512"},
 //    "settings": {...what ran: the command's sizes and options, free-form per command...},
 //    "memory_estimate_bytes": 123456789,
 //    "definitions": {"rate": "...", "ratio": "...", ...},
@@ -60,9 +61,10 @@ class BenchDocument {
   int onednn_threads() const { return onednn_threads_; }
   const std::string& simd_compiled() const { return simd_compiled_; }
   const std::string& simd_cpu() const { return simd_cpu_; }
+  const std::string& simd_kernels() const { return simd_kernels_; }
 
  private:
-  std::string command_, cpu_, date_, version_, simd_compiled_, simd_cpu_;
+  std::string command_, cpu_, date_, version_, simd_compiled_, simd_cpu_, simd_kernels_;
   int threads_ = 0, onednn_threads_ = 0;
   int64_t memory_estimate_ = -1;
   nlohmann::ordered_json settings_ = nlohmann::ordered_json::object();

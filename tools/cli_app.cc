@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/simd_target.h"
 #include "attnlab/thread_pool.h"
 #include "build_info.h"
 #include "commands.h"
@@ -32,8 +33,13 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
 }
 
 std::string VersionString() {
-  return "attnlab " + BuildVersion() + " (commit " + BuildCommit() + "; SIMD: compiled for " +
-         CompiledSimd() + ", this CPU has " + CpuSimd() + ")";
+  std::string available;
+  for (SimdTarget t : AvailableSimdTargets()) {
+    available += (available.empty() ? "" : ", ") + std::string(SimdTargetName(t));
+  }
+  return "attnlab " + BuildVersion() + " (commit " + BuildCommit() + "; SIMD: kernels " +
+         KernelSimd() + ", available " + available + "; baseline compiled for " + CompiledSimd() +
+         "; this CPU has " + CpuSimd() + ")";
 }
 
 // Edit distance, for "did you mean".
@@ -91,6 +97,7 @@ std::string Overview(const CLI::App& app) {
   s +=
       "\nGlobal options:\n"
       "  --threads N  worker threads (default: $ATTNLAB_NUM_THREADS or every core), before or after the command\n"
+      "  --simd T     kernels' SIMD target: baseline, avx2, avx512 (default: the CPU's best; $ATTNLAB_SIMD)\n"
       "  --version    version, git commit and SIMD target\n"
       "  --help       this overview\n"
       "\nConventions (exit codes, --out, --text, --json): docs/CLI.md. With no --model, commands use the\n"
@@ -99,7 +106,7 @@ std::string Overview(const CLI::App& app) {
 }
 
 // Global options that take a value (so that their value is not mistaken for a command).
-bool TakesValue(const std::string& arg) { return arg == "--threads"; }
+bool TakesValue(const std::string& arg) { return arg == "--threads" || arg == "--simd"; }
 
 }  // namespace
 
@@ -119,8 +126,26 @@ int RunCli(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: ATTNLAB_NUM_THREADS or all cores)")
       ->check(CLI::Range(1, 1024));
+  std::string simd;
+  app.add_option("--simd", simd,
+                 "SIMD target of the kernels: baseline, avx2 or avx512 (default: the best this CPU "
+                 "runs, or $ATTNLAB_SIMD)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            Result<SimdTarget> t = ParseSimdTarget(v);
+            if (!t.ok()) return t.status().message();
+            if (!SimdTargetAvailable(*t)) {
+              return "SIMD target " + v + " is not supported by this CPU or build";
+            }
+            return "";
+          },
+          "TARGET"));
   app.parse_complete_callback([&] {
     if (threads > 0) attnlab::SetDefaultThreadCount(threads);
+    if (!simd.empty()) {
+      Result<SimdTarget> t = ParseSimdTarget(simd);
+      if (t.ok()) (void)SetSimdTarget(*t);  // validated above
+    }
   });
   RegisterAttentionCommand(app);
   RegisterMemoryCommand(app);
@@ -171,7 +196,7 @@ int RunCli(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (TakesValue(a)) ++i;
-      else if (a.rfind("--threads=", 0) != 0) bad_option = true;
+      else if (a.rfind("--threads=", 0) != 0 && a.rfind("--simd=", 0) != 0) bad_option = true;
     }
     if (!bad_option) {
       std::fputs(Overview(app).c_str(), stderr);

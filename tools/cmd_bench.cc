@@ -227,9 +227,9 @@ void RunBenchAttention(const BenchOptions& o) {
                      report::FormatBytes(bytes);
   bench::Say(o.json, "attnlab bench attention: " + what);
   if (!o.json) {
-    std::printf("# CPU: %s | threads: %d (oneDNN OpenMP: %d) | %s | SIMD %s\n",
+    std::printf("# CPU: %s | threads: %d (oneDNN OpenMP: %d) | %s | kernels %s\n",
                 doc.cpu().c_str(), doc.threads(), doc.onednn_threads(), doc.date().c_str(),
-                doc.simd_compiled().c_str());
+                doc.simd_kernels().c_str());
     std::printf("# FLOPs: %s\n# ratio: %s\n", flops, ratio);
     std::printf("# checked before timing on the last %" PRId64
                 " query rows of every head: max_err vs the double reference, tol = 16 u kappa "

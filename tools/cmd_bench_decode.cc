@@ -340,8 +340,8 @@ void RunBenchDecode(const DecodeOptions& o) {
                          plan.triad_reason + "); memory ~" +
                          report::FormatBytes(double(plan.peak_bytes)));
   if (!o.json) {
-    std::printf("# CPU: %s | threads: %d | %s\n", doc.cpu().c_str(), doc.threads(),
-                doc.date().c_str());
+    std::printf("# CPU: %s | threads: %d | %s | kernels %s\n", doc.cpu().c_str(),
+                doc.threads(), doc.date().c_str(), doc.simd_kernels().c_str());
     std::printf("# GB/s: cache bytes read per step (2 * Hkv * KV * D * dtype bytes) / time; "
                 "ratio: over the same-run triad; validated first against the double reference "
                 "(tol = 16 u kappa max|v|)\n");

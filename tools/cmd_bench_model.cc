@@ -314,8 +314,9 @@ void RunAll(const BenchModelOptions& o) {
                               : ""));
   const bench::TableRow peak = SgemmPeakRow(static_cast<int>(std::min<int64_t>(3, o.steps)));
   if (!o.json) {
-    std::printf("# CPU: %s | threads: %d | %s | training = forward + backward + AdamW\n",
-                doc.cpu().c_str(), doc.threads(), doc.date().c_str());
+    std::printf("# CPU: %s | threads: %d | %s | kernels %s | training = forward + backward + "
+                "AdamW\n",
+                doc.cpu().c_str(), doc.threads(), doc.date().c_str(), doc.simd_kernels().c_str());
     bench::PrintTableHeader();
     bench::PrintTableRow(peak);
   } else {

@@ -91,8 +91,8 @@ void RunSuite(const SuiteOptions& o) {
                          std::to_string(o.repeats) + " repeats; memory ~" +
                          report::FormatBytes(bytes));
   if (!o.json) {
-    std::printf("# CPU: %s | threads: %d | %s\n", doc.cpu().c_str(), doc.threads(),
-                doc.date().c_str());
+    std::printf("# CPU: %s | threads: %d | %s | kernels %s\n", doc.cpu().c_str(),
+                doc.threads(), doc.date().c_str(), doc.simd_kernels().c_str());
     std::printf("# attention: GFLOP/s (4BHN^2D, halved when causal; backward 2.5x) / same-shape "
                 "sgemm_qk; decode: GB/s of cache read / same-run STREAM triad; max_err/tol: "
                 "validation against the double reference before timing\n");

@@ -151,7 +151,7 @@ float RowMax(const float* t, int64_t ld) {
 // The row max and the first column holding it (t[0, ld), ld a multiple of 16, not all -inf).
 float RowArgMax(const float* t, int64_t ld, int64_t* arg) {
   VecF lane_max = simd::Set1(kNegInf);
-  simd::VecI at = {}, col = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  simd::VecI at = {}, col = simd::IotaI();
   const simd::VecI step = col * 0 + simd::kLanes;
   for (int64_t j = 0; j < ld; j += simd::kLanes, col += step) {
     const VecF x = simd::Load(t + j);
@@ -178,7 +178,7 @@ struct RowSums {
 };
 
 constexpr int64_t kFlush = 256;
-const VecF kIota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+const VecF kIota = simd::IotaF();
 
 void Flush(const VecF& a0, const VecF& a1, const VecF& a2, RowSums* s) {
   for (int l = 0; l < simd::kLanes; ++l) {
@@ -247,11 +247,11 @@ enum Slot : int64_t {
   kFixedSlots
 };
 
-// 8-lane doubles for the Jensen-Shannon loop (one log per key and head pair: the hot part of
-// the sampled rows).
-typedef double VecD __attribute__((vector_size(64)));
-typedef int64_t VecL __attribute__((vector_size(64)));
-constexpr int64_t kLanesD = 8;
+// Vectors of doubles, as wide as the float vectors, for the Jensen-Shannon loop (one log per
+// key and head pair: the hot part of the sampled rows).
+typedef double VecD __attribute__((vector_size(sizeof(simd::VecF))));
+typedef int64_t VecL __attribute__((vector_size(sizeof(simd::VecF))));
+constexpr int64_t kLanesD = sizeof(simd::VecF) / sizeof(double);
 
 inline VecD LoadD(const double* p) {
   VecD v;
@@ -283,14 +283,14 @@ inline VecD LogD(VecD x) {
 }
 
 // Jensen-Shannon distance (normalised, see the header) of two renormalised rows over keys
-// [0, n), n a multiple of 8: q1, q2 probabilities (0 where masked and in the padding), l1, l2
+// [0, n), n a multiple of kLanesD: q1, q2 probabilities (0 where masked and in the padding), l1, l2
 // their natural logs (any finite value where q = 0). Per key
 //   2 JSD_j = a ln(2a / (a + b)) + b ln(2b / (a + b)),
 // which is b ln 2 when a = 0 and vice versa, and 0 when both are.
 double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,
                   int64_t n) {
   VecD acc = {};
-  const VecD one = {1, 1, 1, 1, 1, 1, 1, 1}, zero = {};
+  const VecD zero = {}, one = zero + 1.0;
   for (int64_t j = 0; j < n; j += kLanesD) {
     const VecD a = LoadD(q1 + j), b = LoadD(q2 + j), s = a + b;
     const VecD lm = LogD(s > zero ? s : one);

@@ -8,13 +8,9 @@
 // then the partials of a head's chunks are merged: M = max m_c, l = sum_c l_c 2^(m_c - M),
 // out = sum_c acc_c 2^(m_c - M) / l (exact; FlashAttention-2's rescaling, base 2).
 //
-// GCC 12's AVX-512 headers start some intrinsics (_mm512_cvtph_ps, _mm512_cvtepu16_epi32, ...)
-// from _mm512_undefined_*(), which its middle end then reports as -Wmaybe-uninitialized once
-// inlined here (GCC bug 105593, fixed in GCC 13). The pragma must precede the includes: the
-// warning's location is inside the header.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// This file validates, chunks and merges; the task body is in attention_decode_kernel.cc,
+// compiled per SIMD target (engine/kernel_table.h).
+//
 #include "attnlab/attention_decode.h"
 
 #include <algorithm>
@@ -25,11 +21,9 @@
 
 #include "attnlab/thread_pool.h"
 #include "engine/attention_validate.h"
+#include "engine/kernel_table.h"
 #include "engine/simd.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace attnlab {
 
@@ -67,17 +61,44 @@ float Bf16ToFloat(uint16_t x) {
   return f;
 }
 
+// IEEE binary16 by bit manipulation (not _Float16: clang 14 has it on x86 only with AVX512-FP16,
+// and the baseline build must not depend on it). Round to nearest, ties to even; overflow to
+// +-Inf; NaN stays a (quiet) NaN. Checked against GCC's _Float16 on every half and 2^20 floats
+// (attention_decode_test.cc).
 uint16_t FloatToF16(float x) {
-  const _Float16 h = static_cast<_Float16>(x);  // IEEE round to nearest even
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((u >> 13) & 0x3ffu);  // NaN
+  if (u >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to Inf (and Inf itself)
+  if (u >= 0x38800000u) {                       // normal half: rebias the exponent, round
+    const uint32_t r = u - 0x38000000u;
+    return sign | static_cast<uint16_t>((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
+  }
+  // Zero or subnormal half: the value in units of 2^-24, rounded to nearest even (exact in
+  // float: |x| * 2^24 < 2^10 has 13 fraction bits to spare; 1024 becomes the smallest normal).
+  float f;
+  std::memcpy(&f, &u, 4);
+  return sign | static_cast<uint16_t>(std::nearbyint(f * 16777216.0f));
 }
 
 float F16ToFloat(uint16_t x) {
-  _Float16 h;
-  std::memcpy(&h, &x, 2);
-  return static_cast<float>(h);
+  const uint32_t sign = static_cast<uint32_t>(x & 0x8000u) << 16;
+  const uint32_t exp = (x >> 10) & 0x1fu, mant = x & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24
+    const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+  } else if (exp == 31) {  // Inf or NaN
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 void ConvertToKvDtype(const float* src, int64_t n, KvDtype dtype, void* dst) {
@@ -122,158 +143,7 @@ int64_t AttentionDecodeBytes(const DecodeShape& s, KvDtype dtype) {
 
 namespace {
 
-using simd::VecF;
-constexpr int kL = simd::kLanes;
-constexpr int64_t kBlock = 64;     // keys per online-softmax block
 constexpr int64_t kMinChunk = 256; // keys per task at least (the merge costs ~G * D per chunk)
-
-// Loads of 16 consecutive elements (or one) as fp32. With AVX-512 the 16-bit formats convert
-// in one or two instructions (vcvtph2ps; zero-extend and shift for bf16); GCC's generic vector
-// conversion of _Float16 would go element by element.
-struct LoadF32 {
-  using T = float;
-  static VecF Vec(const float* p) { return simd::Load(p); }
-  static float One(const float* p) { return *p; }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  static VecF Vec(const uint16_t* p) {
-#if defined(__AVX512F__)
-    const __m512i i = _mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
-    return reinterpret_cast<VecF>(_mm512_castsi512_ps(i));
-#else
-    typedef uint16_t VecU16 __attribute__((vector_size(32)));
-    VecU16 h;
-    std::memcpy(&h, p, sizeof h);
-    const simd::VecI i = __builtin_convertvector(h, simd::VecI) << 16;
-    VecF f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
-#endif
-  }
-  static float One(const uint16_t* p) { return Bf16ToFloat(*p); }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  static VecF Vec(const uint16_t* p) {
-#if defined(__AVX512F__)
-    return reinterpret_cast<VecF>(
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-#else
-    typedef _Float16 VecH __attribute__((vector_size(32)));
-    VecH h;
-    std::memcpy(&h, p, sizeof h);
-    return __builtin_convertvector(h, VecF);
-#endif
-  }
-  static float One(const uint16_t* p) { return F16ToFloat(*p); }
-};
-
-// Horizontal sum; the AVX-512 reduction is a shuffle tree (the generic one a serial chain).
-inline float Sum(VecF v) {
-#if defined(__AVX512F__)
-  return _mm512_reduce_add_ps(reinterpret_cast<__m512>(v));
-#else
-  return simd::ReduceSum(v);
-#endif
-}
-
-struct Task {
-  const DecodeShape* s;
-  const float* q;        // [heads_q, D], already multiplied by scale * log2(e)
-  const KvView* k;
-  const KvView* v;
-  int64_t chunk;         // keys per task
-  int64_t n_chunks;
-  float* partial;        // per (hk, chunk, g): m, l, acc[D]
-};
-
-// Partial record size for one query head: m, l, acc[D].
-int64_t PartialSize(int64_t D) { return D + 2; }
-
-template <typename Ld>
-void RunTask(const Task& a, int64_t hk, int64_t c) {
-  using T = typename Ld::T;
-  const DecodeShape& s = *a.s;
-  const int64_t D = s.head_dim, G = s.heads_q / s.heads_kv, Dv = D / kL * kL;
-  const int64_t t0 = c * a.chunk, t1 = std::min(s.len_k, t0 + a.chunk);
-  const T* kbase = static_cast<const T*>(a.k->data) + hk * a.k->stride_head;
-  const T* vbase = static_cast<const T*>(a.v->data) + hk * a.v->stride_head;
-  float* part = a.partial + (hk * a.n_chunks + c) * G * PartialSize(D);
-  // m, l per query head; acc rows in part.
-  float m[64], l[64];  // G <= 64 checked by the caller (else it loops over groups of 64)
-  for (int64_t g = 0; g < G; ++g) {
-    m[g] = -std::numeric_limits<float>::infinity();
-    l[g] = 0;
-    std::fill(part + g * PartialSize(D) + 2, part + (g + 1) * PartialSize(D), 0.0f);
-  }
-  alignas(64) float sc[64 * kBlock];  // s[g, j]
-  for (int64_t b0 = t0; b0 < t1; b0 += kBlock) {
-    const int64_t nb = std::min(kBlock, t1 - b0);
-    // Scores.
-    for (int64_t j = 0; j < nb; ++j) {
-      const T* kr = kbase + (b0 + j) * a.k->stride_token;
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qg = a.q + (hk * G + g) * D;
-        VecF acc = simd::Zero();
-        for (int64_t d = 0; d < Dv; d += kL) acc += simd::Load(qg + d) * Ld::Vec(kr + d);
-        float dot = Sum(acc);
-        for (int64_t d = Dv; d < D; ++d) dot += qg[d] * Ld::One(kr + d);
-        sc[g * kBlock + j] = dot;
-      }
-    }
-    // Online softmax update per query head.
-    float alpha[64];
-    for (int64_t g = 0; g < G; ++g) {
-      float* sg = sc + g * kBlock;
-      float bm = m[g];
-      for (int64_t j = 0; j < nb; ++j) bm = std::max(bm, sg[j]);
-      // All -inf (cannot happen with finite inputs): keep weights 0, avoid inf - inf.
-      const float mn = std::isinf(bm) && bm < 0 ? 0.0f : bm;
-      alpha[g] = simd::Exp2Scalar(m[g] - mn);
-      int64_t j = 0;
-      VecF sum = simd::Zero();
-      for (; j + kL <= nb; j += kL) {
-        const VecF p = simd::Exp2(simd::Load(sg + j) - simd::Set1(mn));
-        simd::Store(sg + j, p);
-        sum += p;
-      }
-      float tail = 0;
-      for (; j < nb; ++j) {
-        sg[j] = simd::Exp2Scalar(sg[j] - mn);
-        tail += sg[j];
-      }
-      l[g] = l[g] * alpha[g] + simd::ReduceSum(sum) + tail;
-      m[g] = bm;
-    }
-    // acc_g = alpha_g acc_g + sum_j p[g, j] v_j.
-    for (int64_t g = 0; g < G; ++g) {
-      float* acc = part + g * PartialSize(D) + 2;
-      if (alpha[g] != 1.0f) {
-        for (int64_t d = 0; d < D; ++d) acc[d] *= alpha[g];
-      }
-    }
-    for (int64_t j = 0; j < nb; ++j) {
-      const T* vr = vbase + (b0 + j) * a.v->stride_token;
-      for (int64_t d = 0; d < Dv; d += kL) {
-        const VecF vv = Ld::Vec(vr + d);
-        for (int64_t g = 0; g < G; ++g) {
-          float* acc = part + g * PartialSize(D) + 2 + d;
-          simd::Store(acc, simd::Load(acc) + simd::Set1(sc[g * kBlock + j]) * vv);
-        }
-      }
-      for (int64_t d = Dv; d < D; ++d) {
-        const float vv = Ld::One(vr + d);
-        for (int64_t g = 0; g < G; ++g) part[g * PartialSize(D) + 2 + d] += sc[g * kBlock + j] * vv;
-      }
-    }
-  }
-  for (int64_t g = 0; g < G; ++g) {
-    part[g * PartialSize(D)] = m[g];
-    part[g * PartialSize(D) + 1] = l[g];
-  }
-}
 
 Status ValidateKv(const char* name, const KvView& x, const DecodeShape& s,
                   internal::AddressRange* range) {
@@ -342,23 +212,17 @@ Status AttentionDecode(const DecodeShape& s, const DecodeParams& params,
   const int64_t n_chunks =
       std::max<int64_t>(1, std::min(want, (s.len_k + kMinChunk - 1) / kMinChunk));
   const int64_t chunk = (s.len_k + n_chunks - 1) / n_chunks;
-  std::vector<float> partial(s.heads_kv * n_chunks * G * PartialSize(D));
-  Task task{&s, qs.data(), &k, &v, chunk, n_chunks, partial.data()};
-  const auto run = [&](auto loader) {
-    pool.ParallelFor(s.heads_kv * n_chunks, [&](int64_t t, int) {
-      RunTask<decltype(loader)>(task, t / n_chunks, t % n_chunks);
-    });
-  };
-  switch (k.dtype) {
-    case KvDtype::kF32: run(LoadF32{}); break;
-    case KvDtype::kBF16: run(LoadBF16{}); break;
-    case KvDtype::kF16: run(LoadF16{}); break;
-  }
+  std::vector<float> partial(s.heads_kv * n_chunks * G * internal::DecodePartialSize(D));
+  const internal::DecodeArgs task{&s, qs.data(), &k, &v, chunk, n_chunks, partial.data()};
+  const internal::KernelTable& kernels = internal::ActiveKernels();
+  pool.ParallelFor(s.heads_kv * n_chunks, [&](int64_t t, int) {
+    kernels.decode_task(task, t / n_chunks, t % n_chunks);
+  });
   // Merge the chunks of each query head.
   for (int64_t h = 0; h < s.heads_q; ++h) {
     const int64_t hk = h / G, g = h % G;
     const auto rec = [&](int64_t c) {
-      return partial.data() + ((hk * n_chunks + c) * G + g) * PartialSize(D);
+      return partial.data() + ((hk * n_chunks + c) * G + g) * internal::DecodePartialSize(D);
     };
     float M = -std::numeric_limits<float>::infinity();
     bool nan = false;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <limits>
 #include <random>
@@ -124,6 +125,45 @@ TEST(AttentionDecode, ThreadCountDoesNotChangeTheResultBeyondTheBound) {
     EXPECT_LE(RunCase(c, KvDtype::kBF16, &pool), 1.0) << threads << " threads";
   }
 }
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// The bit-manipulating fp16 conversions against the compiler's IEEE _Float16 (GCC 12 has it on
+// every x86-64): every half value widens identically, and floats of every binade (normal,
+// subnormal and overflowing halves, ties, NaN, Inf) narrow identically.
+TEST(AttentionDecode, Fp16ConversionsMatchTheCompilersIeeeHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 ref;
+    const uint16_t h16 = static_cast<uint16_t>(h);
+    std::memcpy(&ref, &h16, 2);
+    const float want = static_cast<float>(ref), got = F16ToFloat(h16);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(std::memcmp(&want, &got, 4), 0) << h << ": " << want << " vs " << got;
+    }
+  }
+  std::mt19937 rng(5);
+  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e-8f,
+                           2.98023224e-8f, 5.96046448e-8f, 6.09755516e-5f, 6.10351562e-5f,
+                           INFINITY, -INFINITY, std::numeric_limits<float>::max()};
+  for (int i = 0; i < (1 << 20); ++i) {
+    uint32_t bits = rng();
+    // Exponents around the half range (2^-30 .. 2^17) most of the time, anything otherwise.
+    if (i % 4 != 0) bits = (bits & 0x807fffffu) | ((97u + rng() % 48u) << 23);
+    float x;
+    std::memcpy(&x, &bits, 4);
+    xs.push_back(x);
+  }
+  for (float x : xs) {
+    if (std::isnan(x)) continue;
+    const _Float16 ref = static_cast<_Float16>(x);
+    uint16_t want;
+    std::memcpy(&want, &ref, 2);
+    ASSERT_EQ(FloatToF16(x), want) << x;
+  }
+  EXPECT_TRUE(std::isnan(F16ToFloat(FloatToF16(std::numeric_limits<float>::quiet_NaN()))));
+}
+#endif
 
 TEST(AttentionDecode, ConversionsRoundToNearestEven) {
   // bf16 keeps the top 16 bits: 1 + 2^-8 is exactly between 1 and 1 + 2^-7 -> even (1).

@@ -162,24 +162,24 @@ struct ChunkDims {
         group(s.heads_q / s.heads_kv) {}
 };
 
-// dst[0..Dp) = phi(src[0..D)), zero padding. 16 lanes at a time: phi(x) = x + 1 (x > 0) or
+// dst[0..Dp) = phi(src[0..D)), zero padding. kLanes at a time: phi(x) = x + 1 (x > 0) or
 // 2^(x log2 e) (simd::Exp2, relative error < 2e-7).
 inline void PhiRow(const float* src, int64_t D, int64_t Dp, float* dst) {
   constexpr float kLog2e = 1.4426950408889634f;
   const VecF one = simd::Set1(1.0f), zero = simd::Zero(), l2e = simd::Set1(kLog2e);
-  float tmp[16];
-  for (int64_t d = 0; d < Dp; d += 16) {
+  float tmp[simd::kLanes];
+  for (int64_t d = 0; d < Dp; d += simd::kLanes) {
     VecF x;
-    if (d + 16 <= D) {
+    if (d + simd::kLanes <= D) {
       x = simd::Load(src + d);
     } else {
-      for (int64_t i = 0; i < 16; ++i) tmp[i] = d + i < D ? src[d + i] : 0.0f;
+      for (int64_t i = 0; i < simd::kLanes; ++i) tmp[i] = d + i < D ? src[d + i] : 0.0f;
       x = simd::Load(tmp);
     }
     VecF y = x > zero ? x + one : simd::Exp2(x * l2e);
-    if (d + 16 > D) {  // padding lanes stay 0
+    if (d + simd::kLanes > D) {  // padding lanes stay 0
       simd::Store(tmp, y);
-      for (int64_t i = D - d; i < 16; ++i) tmp[i] = 0.0f;
+      for (int64_t i = std::max<int64_t>(0, D - d); i < simd::kLanes; ++i) tmp[i] = 0.0f;
       y = simd::Load(tmp);
     }
     simd::Store(dst + d, y);
@@ -258,11 +258,11 @@ void ForwardTask(const ForwardArgs& a, const ChunkDims& z, int64_t task, Forward
       const int64_t h = hk * z.group + g;
       for (int64_t i = 0; i < n; ++i) PhiRow(a.q->at(b, h, t0 + i), D, Dp, w.qf.data() + i * Dp);
       // A = Qf Kf^T, causal inside the chunk.
-      internal::SmallGemm(n, Cp, D, w.qf.data(), Dp, w.kv.kft.data(), Cp, w.a.data(), Cp, false);
+      baseline::SmallGemm(n, Cp, D, w.qf.data(), Dp, w.kv.kft.data(), Cp, w.a.data(), Cp, false);
       MaskUpper(n, w.a.data(), Cp);
       // N' = A V' + Qf S'.
-      internal::SmallGemm(n, Ep, n, w.a.data(), Cp, w.kv.vp.data(), Ep, w.num.data(), Ep, false);
-      internal::SmallGemm(n, Ep, D, w.qf.data(), Dp, st, Ep, w.num.data(), Ep, true);
+      baseline::SmallGemm(n, Ep, n, w.a.data(), Cp, w.kv.vp.data(), Ep, w.num.data(), Ep, false);
+      baseline::SmallGemm(n, Ep, D, w.qf.data(), Dp, st, Ep, w.num.data(), Ep, true);
       for (int64_t i = 0; i < n; ++i) {
         const float* nr = w.num.data() + i * Ep;
         const float dn = nr[D] + eps;
@@ -273,7 +273,7 @@ void ForwardTask(const ForwardArgs& a, const ChunkDims& z, int64_t task, Forward
       }
     }
     // S' += Kf^T V'.
-    internal::SmallGemm</*kAColMajor=*/true>(D, Ep, n, w.kv.kf.data(), Dp, w.kv.vp.data(), Ep, st,
+    baseline::SmallGemm</*kAColMajor=*/true>(D, Ep, n, w.kv.kf.data(), Dp, w.kv.vp.data(), Ep, st,
                                              Ep, true);
   }
   if (a.state_out) {
@@ -340,10 +340,10 @@ void BackwardTask(const BackwardArgs& a, const ChunkDims& z, int64_t task, Backw
       PackQueryGrad(a, z, b, h, t0, n, w);
       // In the forward pass this was N' = A V' + Qf S', A = mask(Qf Kf^T):
       // d Qf = mask(dN' V'^T) Kf + dN' S'^T.
-      internal::SmallGemm(n, Cp, E, w.dn.data(), Ep, w.kv.vpt.data(), Cp, w.g.data(), Cp, false);
+      baseline::SmallGemm(n, Cp, E, w.dn.data(), Ep, w.kv.vpt.data(), Cp, w.g.data(), Cp, false);
       MaskUpper(n, w.g.data(), Cp);
-      internal::SmallGemm(n, Dp, n, w.g.data(), Cp, w.kv.kf.data(), Dp, w.dqf.data(), Dp, false);
-      internal::SmallGemm(n, Dp, E, w.dn.data(), Ep, st, Dp, w.dqf.data(), Dp, true);
+      baseline::SmallGemm(n, Dp, n, w.g.data(), Cp, w.kv.kf.data(), Dp, w.dqf.data(), Dp, false);
+      baseline::SmallGemm(n, Dp, E, w.dn.data(), Ep, st, Dp, w.dqf.data(), Dp, true);
       for (int64_t i = 0; i < n; ++i) {
         const float* x = a.q->at(b, h, t0 + i);
         const float* f = w.qf.data() + i * Dp;
@@ -353,7 +353,7 @@ void BackwardTask(const BackwardArgs& a, const ChunkDims& z, int64_t task, Backw
       }
     }
     // ST += V'^T Kf.
-    internal::SmallGemm</*kAColMajor=*/true>(E, Dp, n, w.kv.vp.data(), Ep, w.kv.kf.data(), Dp, st,
+    baseline::SmallGemm</*kAColMajor=*/true>(E, Dp, n, w.kv.vp.data(), Ep, w.kv.kf.data(), Dp, st,
                                              Dp, true);
   }
 
@@ -366,24 +366,24 @@ void BackwardTask(const BackwardArgs& a, const ChunkDims& z, int64_t task, Backw
     const int64_t t0 = c * z.C, n = std::min(z.C, L - t0);
     PackKv(*a.k, *a.v, b, hk, t0, n, z, /*with_vpt=*/true, w.kv);
     // Later chunks: d Kf = V' RT, dV = Kf R.
-    internal::SmallGemm(n, Dp, E, w.kv.vp.data(), Ep, rt, Dp, w.dkf.data(), Dp, false);
-    internal::SmallGemm(n, Ep, D, w.kv.kf.data(), Dp, r, Ep, w.dvp.data(), Ep, false);
+    baseline::SmallGemm(n, Dp, E, w.kv.vp.data(), Ep, rt, Dp, w.dkf.data(), Dp, false);
+    baseline::SmallGemm(n, Ep, D, w.kv.kf.data(), Dp, r, Ep, w.dvp.data(), Ep, false);
     for (int64_t g = 0; g < z.group; ++g) {
       const int64_t h = hk * z.group + g;
       PackQueryGrad(a, z, b, h, t0, n, w);
       // This chunk: d Kf += G^T Qf, dV += A^T dN (G and A read column-major).
-      internal::SmallGemm(n, Cp, E, w.dn.data(), Ep, w.kv.vpt.data(), Cp, w.g.data(), Cp, false);
+      baseline::SmallGemm(n, Cp, E, w.dn.data(), Ep, w.kv.vpt.data(), Cp, w.g.data(), Cp, false);
       MaskUpper(n, w.g.data(), Cp);
-      internal::SmallGemm</*kAColMajor=*/true>(n, Dp, n, w.g.data(), Cp, w.qf.data(), Dp,
+      baseline::SmallGemm</*kAColMajor=*/true>(n, Dp, n, w.g.data(), Cp, w.qf.data(), Dp,
                                                w.dkf.data(), Dp, true);
-      internal::SmallGemm(n, Cp, D, w.qf.data(), Dp, w.kv.kft.data(), Cp, w.a.data(), Cp, false);
+      baseline::SmallGemm(n, Cp, D, w.qf.data(), Dp, w.kv.kft.data(), Cp, w.a.data(), Cp, false);
       MaskUpper(n, w.a.data(), Cp);
-      internal::SmallGemm</*kAColMajor=*/true>(n, Ep, n, w.a.data(), Cp, w.dn.data(), Ep,
+      baseline::SmallGemm</*kAColMajor=*/true>(n, Ep, n, w.a.data(), Cp, w.dn.data(), Ep,
                                                w.dvp.data(), Ep, true);
       // RT += dN'^T Qf, R += Qf^T dN' (used by the earlier chunks).
-      internal::SmallGemm</*kAColMajor=*/true>(E, Dp, n, w.dn.data(), Ep, w.qf.data(), Dp, rt, Dp,
+      baseline::SmallGemm</*kAColMajor=*/true>(E, Dp, n, w.dn.data(), Ep, w.qf.data(), Dp, rt, Dp,
                                                true);
-      internal::SmallGemm</*kAColMajor=*/true>(D, Ep, n, w.qf.data(), Dp, w.dn.data(), Ep, r, Ep,
+      baseline::SmallGemm</*kAColMajor=*/true>(D, Ep, n, w.qf.data(), Dp, w.dn.data(), Ep, r, Ep,
                                                true);
     }
     for (int64_t j = 0; j < n; ++j) {

@@ -1,17 +1,23 @@
-// 16-lane float vectors through GCC vector extensions: one portable source that compiles to
-// AVX-512 with -march=native (and to narrower SIMD or scalar code elsewhere). The engine is the
-// only layer that includes this.
+// Float vectors of the target's native width through GCC vector extensions (kLanes = 4, 8 or
+// 16 floats; engine/target.h picks the target). One source for every target: the kernels
+// loop in steps of kLanes, and their buffers are padded to 16 floats, a multiple of every
+// width. The engine is the only layer that includes this.
 #ifndef ATTNLAB_ENGINE_SIMD_H_
 #define ATTNLAB_ENGINE_SIMD_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
-namespace attnlab::simd {
+#include "engine/target.h"
 
-constexpr int kLanes = 16;
-typedef float VecF __attribute__((vector_size(64)));
-typedef int32_t VecI __attribute__((vector_size(64)));
+ATTNLAB_TARGET_BEGIN
+namespace attnlab::ATTNLAB_TARGET_NS::simd {
+
+constexpr int kLanes = ATTNLAB_TARGET_BYTES / 4;
+typedef float VecF __attribute__((vector_size(ATTNLAB_TARGET_BYTES)));
+typedef int32_t VecI __attribute__((vector_size(ATTNLAB_TARGET_BYTES)));
 
 inline VecF Load(const float* p) {
   VecF v;
@@ -19,10 +25,23 @@ inline VecF Load(const float* p) {
   return v;
 }
 inline void Store(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
+
+template <size_t... I>
+inline VecF Set1Lanes(float x, std::index_sequence<I...>) {
+  return VecF{((void)I, x)...};
+}
 // A plain lane-wise initialiser: lets the compiler broadcast straight from memory
 // (`VecF{} + x` would add 0.0 first and broadcast from a register, on the FMA port).
-inline VecF Set1(float x) { return VecF{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+inline VecF Set1(float x) { return Set1Lanes(x, std::make_index_sequence<kLanes>()); }
 inline VecF Zero() { return VecF{}; }
+
+template <size_t... I>
+inline VecI IotaLanes(std::index_sequence<I...>) {
+  return VecI{static_cast<int32_t>(I)...};
+}
+// {0, 1, ..., kLanes - 1}.
+inline VecI IotaI() { return IotaLanes(std::make_index_sequence<kLanes>()); }
+inline VecF IotaF() { return __builtin_convertvector(IotaI(), VecF); }
 inline VecF Max(VecF a, VecF b) { return a > b ? a : b; }
 inline VecF Min(VecF a, VecF b) { return a < b ? a : b; }
 
@@ -70,6 +89,15 @@ inline float Exp2Scalar(float x) {
   return Exp2(v)[0];
 }
 
-}  // namespace attnlab::simd
+}  // namespace attnlab::ATTNLAB_TARGET_NS::simd
+ATTNLAB_TARGET_END
+
+#if !defined(ATTNLAB_TARGET)
+// Code outside the per-target kernel files (ops, linear attention, the diagnostics' statistics)
+// runs the baseline, compiled with the build's flags.
+namespace attnlab {
+namespace simd = baseline::simd;
+}  // namespace attnlab
+#endif
 
 #endif  // ATTNLAB_ENGINE_SIMD_H_

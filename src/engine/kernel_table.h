@@ -1,0 +1,154 @@
+// The per-target kernels behind the engine's public entry points, and the run-time choice
+// between them (attnlab/simd_target.h). The entry points (attention_flash_forward.cc,
+// attention_flash_backward.cc, attention_decode.cc) validate, plan and allocate in baseline
+// code, then hand each parallel task to ActiveKernels(): the task bodies live in the
+// *_kernel.cc files, compiled once per target (engine/target.h), and take the arguments and
+// per-thread scratch below (shared by every target, so they are plain baseline types).
+#ifndef ATTNLAB_ENGINE_KERNEL_TABLE_H_
+#define ATTNLAB_ENGINE_KERNEL_TABLE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "attnlab/attention.h"
+#include "attnlab/attention_decode.h"
+#include "attnlab/simd_target.h"
+#include "core/aligned_buffer.h"
+#include "engine/attention_flash_common.h"
+
+namespace attnlab::internal {
+
+// ---- Flash forward (attention_flash_forward.cc states the algorithm).
+struct FlashForwardBuffers {
+  AlignedBuffer<float> qt;     // [n_sub][D][kSubRows] Q^T per sub-block (scaled)
+  AlignedBuffer<float> oacc;   // [n_sub * kSubRows][d_pad]
+  AlignedBuffer<float> m, l;   // [n_sub * kSubRows]
+  AlignedBuffer<float> alpha;  // [kSubRows]
+  AlignedBuffer<float> vp;     // [kBlockK][d_pad] (only when head_dim % 16 != 0)
+  AlignedBuffer<float> st;     // [kBlockK][kSubRows] S^T, then P^T
+  std::vector<int64_t> row_h, row_i;  // [n_sub * kSubRows] query head and index of flat rows
+};
+
+struct FlashForwardArgs {
+  const AttentionShape* shape;
+  const AttentionParams* params;
+  const AttentionTensor* q;
+  const AttentionTensor* k;
+  const AttentionTensor* v;
+  const AttentionTensorMut* out;
+  float* lse;  // may be null
+  FlashPlan plan;
+  float qscale;  // scale * log2(e) for softmax, scale for sigmoid
+  bool sigmoid;
+};
+
+// ---- Flash backward (attention_flash_backward.cc states the algorithm).
+struct FlashBackwardBuffers {
+  AlignedBuffer<float> kp, vp;    // [kchunk_pad][d_pad] packed keys / values of the task
+  AlignedBuffer<float> dk, dv;    // [kchunk_pad][d_pad] accumulators
+  AlignedBuffer<float> qt, dot;   // [D][kBackwardRows] Q^T (scaled), dO^T
+  AlignedBuffer<float> qp, dop;   // [kBackwardRows][d_pad] Q, dO
+  AlignedBuffer<float> dq;        // [kBackwardRows][d_pad] accumulator
+  AlignedBuffer<float> st, dpt;   // [kBlockK][kBackwardRows] S^T -> P^T, dP^T -> dS^T
+  std::vector<int64_t> row_h, row_i;  // [kBackwardRows] query head / [len_q] query index
+  AlignedBuffer<float> lse2, dd;  // [kBackwardRows] lse * log2(e) and D per row
+  double dd_exact[kBackwardRows];  // D per row in double (for d sink)
+};
+
+struct FlashBackwardArgs {
+  const AttentionShape* shape;
+  const AttentionParams* params;
+  const AttentionTensor *q, *k, *v, *out, *dout;
+  const float* lse;
+  const AttentionTensorMut *dq, *dk, *dv;
+  FlashBackwardPlan plan;
+  float scale;   // natural scale
+  float qscale;  // scale * log2(e) for softmax, scale for sigmoid
+  bool sigmoid;
+  float* dq_partial;      // [n_kchunks][B * Hkv][heads_per_pass][Lq][D] when n_kchunks > 1
+  double* dsink_partial;  // [B * Hkv][group] (kSinkLogit)
+};
+
+// ---- Decode (attention_decode.cc states the algorithm).
+struct DecodeArgs {
+  const DecodeShape* s;
+  const float* q;  // [heads_q, D], already multiplied by scale * log2(e)
+  const KvView* k;
+  const KvView* v;
+  int64_t chunk;     // keys per task
+  int64_t n_chunks;
+  float* partial;    // per (hk, chunk, g): m, l, acc[D] (DecodePartialSize floats)
+};
+inline int64_t DecodePartialSize(int64_t head_dim) { return head_dim + 2; }
+
+// The row-wise ops of engine/ops.h that have a per-target copy (ops_kernel.cc): X(name) for each.
+#define ATTNLAB_DISPATCHED_OPS(X)                                                         \
+  X(LayerNormForward) X(LayerNormBackward) X(RmsNormForward) X(RmsNormBackward)           \
+  X(GeluForward) X(GeluBackward) X(AddBias) X(BiasBackward) X(SoftmaxCrossEntropyForward) \
+  X(SoftmaxCrossEntropyBackward)
+
+// Their function types, as engine/ops.h declares them (ops.cc static_asserts that they match;
+// this header does not include ops.h, which would make ops.cc -> here -> ops.h a cycle).
+namespace ops_fn {
+using LayerNormForward = void(int64_t, int64_t, const float*, const float*, const float*, float,
+                              float*, float*, float*, ThreadPool*);
+using LayerNormBackward = void(int64_t, int64_t, const float*, const float*, const float*,
+                               const float*, const float*, float*, float*, float*, ThreadPool*);
+using RmsNormForward = void(int64_t, int64_t, const float*, const float*, float, float*, float*,
+                            ThreadPool*);
+using RmsNormBackward = void(int64_t, int64_t, const float*, const float*, const float*,
+                             const float*, float*, float*, ThreadPool*);
+using GeluForward = void(int64_t, const float*, float*, ThreadPool*);
+using GeluBackward = void(int64_t, const float*, const float*, float*, ThreadPool*);
+using AddBias = void(int64_t, int64_t, const float*, float*, ThreadPool*);
+using BiasBackward = void(int64_t, int64_t, const float*, float*, ThreadPool*);
+using SoftmaxCrossEntropyForward = double(int64_t, int64_t, float*, const int32_t*, float*,
+                                          ThreadPool*);
+using SoftmaxCrossEntropyBackward = void(int64_t, int64_t, const float*, const int32_t*, float,
+                                         float*, ThreadPool*);
+}  // namespace ops_fn
+
+// One target's copies of those ops, under their own names (ops.cc calls them).
+struct OpsTable {
+#define ATTNLAB_OPS_MEMBER(name) ops_fn::name* name;
+  ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_MEMBER)
+#undef ATTNLAB_OPS_MEMBER
+};
+
+// One target's task bodies. Each writes only its task's outputs (no shared writes).
+struct KernelTable {
+  SimdTarget target;
+  int lanes;                    // floats per vector
+  int tile_rows, tile_cols;     // the micro-kernel's register tile (micro_gemm.h)
+  void (*flash_forward_task)(const FlashForwardArgs& a, int64_t task, FlashForwardBuffers& w);
+  void (*flash_backward_task)(const FlashBackwardArgs& a, int64_t pass, int64_t task,
+                              FlashBackwardBuffers& w);
+  void (*decode_task)(const DecodeArgs& a, int64_t hk, int64_t chunk);
+  OpsTable ops;
+};
+
+// The table of ActiveSimdTarget() (one atomic load).
+const KernelTable& ActiveKernels();
+
+}  // namespace attnlab::internal
+
+// The task bodies and ops of each target, defined in the *_kernel.cc files compiled for that
+// target (namespace attnlab::<target>, engine/target.h); kernel_table.cc puts them in the tables.
+#define ATTNLAB_DECLARE_TARGET_KERNELS(ns)                                                    \
+  namespace attnlab::ns {                                                                     \
+  void FlashForwardTask(const internal::FlashForwardArgs& a, int64_t task,                    \
+                        internal::FlashForwardBuffers& w);                                    \
+  void FlashBackwardTask(const internal::FlashBackwardArgs& a, int64_t pass, int64_t task,    \
+                         internal::FlashBackwardBuffers& w);                                  \
+  void DecodeTask(const internal::DecodeArgs& a, int64_t hk, int64_t chunk);                  \
+  void DescribeTarget(int* lanes, int* tile_rows, int* tile_cols);                            \
+  ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
+  }
+#define ATTNLAB_DECLARE_OP(name) internal::ops_fn::name name;
+ATTNLAB_DECLARE_TARGET_KERNELS(baseline)
+ATTNLAB_DECLARE_TARGET_KERNELS(avx2)
+ATTNLAB_DECLARE_TARGET_KERNELS(avx512)
+#undef ATTNLAB_DECLARE_TARGET_KERNELS
+#undef ATTNLAB_DECLARE_OP
+
+#endif  // ATTNLAB_ENGINE_KERNEL_TABLE_H_
