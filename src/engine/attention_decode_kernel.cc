@@ -35,8 +35,7 @@ constexpr int64_t kAhead = 2;
 // Loads of kL consecutive elements (or one) as fp32. The 16-bit formats convert with vector
 // instructions on every x86 target: bf16 is the top half of an fp32 (zero-extend to 32 bits,
 // shift left 16: SSE4.1 pmovzxwd, AVX2 vpmovzxwd, AVX-512 vpmovzxwd zmm); fp16 uses F16C's
-// vcvtph2ps (x86-64-v3 and up). Only a baseline build without F16C converts fp16 element by
-// element (F16ToFloat).
+// vcvtph2ps (x86-64-v3 and up), or, without F16C, integer vector arithmetic.
 typedef uint16_t VecU16 __attribute__((vector_size(ATTNLAB_TARGET_BYTES / 2)));
 
 struct LoadF32 {
@@ -78,9 +77,29 @@ struct LoadF16 {
 #elif ATTNLAB_TARGET_BYTES == 16 && ATTNLAB_TARGET_HAS_F16C
     return reinterpret_cast<VecF>(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 #else
-    alignas(64) float f[kL];
-    for (int i = 0; i < kL; ++i) f[i] = F16ToFloat(p[i]);
-    return simd::Load(f);
+    // No F16C (the x86-64-v2 baseline, other architectures): widen in integer vector arithmetic
+    // (F. Giesen's branch-free half -> float). Exponent and mantissa move into place and the
+    // exponent is rebiased (+112); Inf/NaN get the rest of the way to 255 (+112 more); zero and
+    // subnormal halves become 2^-14 (1 + m/1024) and lose 2^-14 in one exact float subtraction.
+    using simd::VecI;
+    VecU16 h;
+    std::memcpy(&h, p, sizeof h);
+    const VecI x = __builtin_convertvector(h, VecI);
+    constexpr int32_t kExpMask = 0x7c00 << 13;
+    VecI o = (x & 0x7fff) << 13;
+    const VecI e = o & kExpMask;
+    const VecI sub = e == 0;  // -1 where zero or subnormal
+    o += (127 - 15) << 23;
+    o += (e == kExpMask) & ((128 - 16) << 23);
+    o += sub & (1 << 23);
+    VecF f;
+    std::memcpy(&f, &o, sizeof f);
+    f = sub ? f - simd::Set1(6.103515625e-05f) : f;  // 2^-14
+    VecI bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits |= (x & 0x8000) << 16;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
 #endif
   }
   static float One(const uint16_t* p) { return F16ToFloat(*p); }

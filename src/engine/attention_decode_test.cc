@@ -165,6 +165,34 @@ TEST(AttentionDecode, Fp16ConversionsMatchTheCompilersIeeeHalf) {
 }
 #endif
 
+// The kernel's own vector widening of 16-bit caches (F16C, or integer arithmetic without it;
+// bf16 by shifting), on every half and bf16 bit pattern: with one key, decode returns the value
+// row exactly (its weight is 1), so out must equal the scalar F16ToFloat / Bf16ToFloat of each
+// element, NaN for NaN, Inf for Inf, subnormals included. Runs on the active SIMD target (ctest
+// simd.<target>.kernels repeats it for every target).
+TEST(AttentionDecode, VectorWideningOfEvery16BitPatternIsExact) {
+  constexpr int64_t D = 64;
+  DecodeShape s{1, 1, 1, D};
+  std::vector<float> q(D, 0.0f), out(D);
+  std::vector<uint16_t> k(D, 0), v(D);
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+    for (uint32_t base = 0; base < 65536; base += D) {
+      for (int64_t d = 0; d < D; ++d) v[d] = static_cast<uint16_t>(base + d);
+      const KvView kv{k.data(), dtype, D, D, D}, vv{v.data(), dtype, D, D, D};
+      ASSERT_TRUE(AttentionDecode(s, DecodeParams{}, q, kv, vv, out, {}).ok());
+      for (int64_t d = 0; d < D; ++d) {
+        const float want = dtype == KvDtype::kF16 ? F16ToFloat(v[d]) : Bf16ToFloat(v[d]);
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(out[d])) << KvDtypeName(dtype) << " " << v[d];
+        } else {
+          // (-0 comes out +0: the accumulator starts at +0, and +0 + -0 = +0.)
+          ASSERT_EQ(out[d], want) << KvDtypeName(dtype) << " " << v[d];
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionDecode, ConversionsRoundToNearestEven) {
   // bf16 keeps the top 16 bits: 1 + 2^-8 is exactly between 1 and 1 + 2^-7 -> even (1).
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
