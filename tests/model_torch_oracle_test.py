@@ -170,6 +170,31 @@ CONFIGS = [
     ("bidirectional", {"causal": False}),
     ("bidirectional_nonorm_nomlp_maskfirst", {"causal": False, "norm": "none", "mlp": False,
                                               "mask_first_key": True}),
+    # Released decoder families' options (issue 16).
+    ("swiglu", {"mlp_activation": "swiglu"}),
+    ("gelu_erf", {"mlp_activation": "gelu_erf"}),
+    ("qkv_bias_only", {"bias": False, "qkv_bias": True}),
+    ("head_size_8_wider", {"head_size": 8}),
+    ("head_size_2_narrower", {"head_size": 2}),
+    ("qk_norm", {"qk_norm": True, "norm_type": "rmsnorm"}),
+    ("parallel_residual", {"parallel_residual": True}),
+    ("window_layers_wf", {"attention_window": 2, "window_layers": "wf"}),
+    ("rope_llama3", {"rope_scaling": "llama3", "rope_factor": 8.0, "rope_original_context": 32,
+                     "rope_base": 500.0}),
+    ("rope_yarn_hf", {"rope_scaling": "yarn_hf", "rope_factor": 4.0,
+                      "rope_original_context": 40, "rope_base": 100.0}),
+    ("llama_like", {"norm_type": "rmsnorm", "bias": False, "mlp_activation": "swiglu",
+                    "tie_embeddings": False, "n_kv_head": 2}),
+    ("qwen2_like", {"norm_type": "rmsnorm", "bias": False, "qkv_bias": True,
+                    "mlp_activation": "swiglu", "n_kv_head": 2}),
+    ("qwen3_like", {"norm_type": "rmsnorm", "bias": False, "qk_norm": True, "head_size": 8,
+                    "mlp_activation": "swiglu", "n_kv_head": 2, "tie_embeddings": False}),
+    ("neox_like", {"parallel_residual": True, "mlp_activation": "gelu_erf", "n_head": 2,
+                   "rotary_dim": 2, "tie_embeddings": False}),
+    ("gptoss_like", {"norm_type": "rmsnorm", "softmax": "sink_logit", "attention_window": 3,
+                     "window_layers": "wf", "mlp_activation": "swiglu", "n_kv_head": 2,
+                     "head_size": 8, "rope_scaling": "yarn_hf", "rope_factor": 2.0,
+                     "rope_original_context": 20, "rope_base": 100.0}),
     # Combinations.
     ("combo_post_rms_nobias_untied_learned", {"norm": "post", "norm_type": "rmsnorm",
                                               "bias": False, "tie_embeddings": False,
@@ -229,6 +254,13 @@ SENSITIVITY = [
     ("sparse_w0_g3_gqa_sinktoken_softmax1", "global_off_by_one"),
     ("untied", "tied_head"),
     ("base", "gelu_erf"),
+    ("swiglu", "swiglu_swapped"),
+    ("gelu_erf", "gelu_tanh_for_erf"),
+    ("qk_norm", "qk_norm_after_rope"),
+    ("parallel_residual", "parallel_as_sequential"),
+    ("window_layers_wf", "window_every_layer"),
+    ("rope_llama3", "llama3_unscaled"),
+    ("rope_yarn_hf", "yarn_hf_as_paper"),
 ]
 
 
@@ -280,11 +312,17 @@ def read_safetensors(path):
 # ---------------------------------------------------------------------------------------------
 # Parameters: names, shapes and the random values (parameters.h).
 
+def head_dim(c):
+    return c.get("head_size", 0) or c["d_model"] // c["n_head"]
+
+
 def parameter_shapes(c):
     C, H, V = c["d_model"], c["n_head"], c["vocab_size"]
     Hkv = c["n_kv_head"] or H
-    hd = C // H
+    hd = head_dim(c)
+    A = H * hd
     F = c["mlp_hidden"] or 4 * C
+    F1 = 2 * F if c.get("mlp_activation") == "swiglu" else F
     Q = (H + 2 * Hkv) * hd
     P = c["context"] + (1 if c["sink_token"] else 0)
     ln_bias = c["bias"] and c["norm_type"] == "layernorm"
@@ -301,9 +339,12 @@ def parameter_shapes(c):
             if ln_bias:
                 s[h + "ln1.bias"] = (C,)
         s[h + "attn.qkv.weight"] = (C, Q)
-        if c["bias"]:
+        if c["bias"] or c.get("qkv_bias"):
             s[h + "attn.qkv.bias"] = (Q,)
-        s[h + "attn.proj.weight"] = (C, C)
+        if c.get("qk_norm"):
+            s[h + "attn.q_norm"] = (hd,)
+            s[h + "attn.k_norm"] = (hd,)
+        s[h + "attn.proj.weight"] = (A, C)
         if c["bias"]:
             s[h + "attn.proj.bias"] = (C,)
         if c["output_gate"]:
@@ -316,9 +357,9 @@ def parameter_shapes(c):
                 s[h + "ln2.weight"] = (C,)
                 if ln_bias:
                     s[h + "ln2.bias"] = (C,)
-            s[h + "mlp.fc.weight"] = (C, F)
+            s[h + "mlp.fc.weight"] = (C, F1)
             if c["bias"]:
-                s[h + "mlp.fc.bias"] = (F,)
+                s[h + "mlp.fc.bias"] = (F1,)
             s[h + "mlp.proj.weight"] = (F, C)
             if c["bias"]:
                 s[h + "mlp.proj.bias"] = (C,)
@@ -342,7 +383,7 @@ def make_weights(c, rng):
             v = rng.uniform(0.4, 1.2, size=shape) * rng.choice([-1.0, 1.0], size=shape)
         elif name.endswith("attn.sink"):
             v = rng.uniform(-3.0, 3.0, size=shape)  # exp(b_h) comparable to the row sums
-        elif name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
+        elif name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight", "q_norm", "k_norm")):
             v = 1.0 + 0.3 * rng.standard_normal(shape)
         else:
             v = 0.3 * rng.standard_normal(shape)
@@ -360,8 +401,7 @@ def f32(x):
 
 def rope_tables(c, Tm, mutation):
     """cos, sin [Tm, d/2] (times YaRN's attention factor), rounded to float32 (rope.h)."""
-    H = c["n_head"]
-    hd = c["d_model"] // H
+    hd = head_dim(c)
     d = c["rotary_dim"] or hd
     base, s = c["rope_base"], c["rope_factor"]
     scaling = c["rope_scaling"]
@@ -381,6 +421,34 @@ def rope_tables(c, Tm, mutation):
         A = 0.1 * math.log(s) + 1.0
         if mutation == "yarn_no_attention_factor":
             A = 1.0
+    elif scaling == "yarn_hf" and mutation == "yarn_hf_as_paper":
+        L = c["rope_original_context"] or c["context"]
+        r = L / (2.0 * math.pi / theta)
+        gamma = np.clip((r - 1.0) / (32.0 - 1.0), 0.0, 1.0)
+        theta = (1.0 - gamma) * theta / s + gamma * theta
+        A = 0.1 * math.log(s) + 1.0
+    elif scaling == "yarn_hf":
+        # transformers' _compute_yarn_parameters (beta_fast 32, beta_slow 1, truncate).
+        L = c["rope_original_context"] or c["context"]
+        corr = lambda rot: d * math.log(L / (rot * 2 * math.pi)) / (2 * math.log(base))
+        lo = max(math.floor(corr(32.0)), 0)
+        hi = min(math.ceil(corr(1.0)), d - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = np.clip((i - lo) / (hi - lo), 0.0, 1.0)
+        extrap = 1.0 - ramp
+        theta = theta / s * (1.0 - extrap) + theta * extrap
+        A = c.get("rope_attention_factor", 0.0) or 0.1 * math.log(s) + 1.0
+    elif scaling == "llama3" and mutation != "llama3_unscaled":
+        # transformers' _compute_llama3_parameters.
+        L = c["rope_original_context"] or c["context"]
+        lo_f, hi_f = c.get("rope_low_freq_factor", 1.0), c.get("rope_high_freq_factor", 4.0)
+        wl = 2 * math.pi / theta
+        scaled = np.where(wl > L / lo_f, theta / s, theta)
+        k = (L / wl - lo_f) / (hi_f - lo_f)
+        smooth = (1 - k) * scaled / s + k * scaled
+        medium = ~(wl < L / hi_f) & ~(wl > L / lo_f)
+        theta = np.where(medium, smooth, scaled)
     m = np.arange(Tm, dtype=np.float64)[:, None]
     cos = (A * np.cos(m * theta)).astype(np.float32).astype(np.float64)
     sin = (A * np.sin(m * theta)).astype(np.float32).astype(np.float64)
@@ -511,7 +579,7 @@ def truth_forward(c, W, tokens, targets, mutation=None):
     B, T = tokens.shape
     C, H, L = c["d_model"], c["n_head"], c["n_layer"]
     Hkv = c["n_kv_head"] or H
-    hd = C // H
+    hd = head_dim(c)
     off = 1 if c["sink_token"] else 0
     Tm = T + off
     eps = f32(c["norm_eps"])
@@ -569,16 +637,27 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         q = qkv[..., : H * hd].reshape(B, Tm, H, hd).transpose(1, 2)
         k = qkv[..., H * hd:(H + Hkv) * hd].reshape(B, Tm, Hkv, hd).transpose(1, 2)
         v = qkv[..., (H + Hkv) * hd:].reshape(B, Tm, Hkv, hd).transpose(1, 2)
+        qk_norm = c.get("qk_norm", False)
+        if qk_norm and mutation != "qk_norm_after_rope":
+            q = rms_norm(q, W[h + "attn.q_norm"], eps, None)
+            k = rms_norm(k, W[h + "attn.k_norm"], eps, None)
         if c["position"] == "rope":
             q = apply_rope(q, cos, sin, d, layout)
             k = apply_rope(k, cos, sin, d, layout)
-        att = attention(c, q, k, v, W.get(h + "attn.sink"), mutation)  # [B, H, Tm, hd]
+        if qk_norm and mutation == "qk_norm_after_rope":
+            q = rms_norm(q, W[h + "attn.q_norm"], eps, None)
+            k = rms_norm(k, W[h + "attn.k_norm"], eps, None)
+        cl = c
+        wl = c.get("window_layers", "")
+        if wl and mutation != "window_every_layer" and wl[l] == "f":
+            cl = dict(c, attention_window=-1)
+        att = attention(cl, q, k, v, W.get(h + "attn.sink"), mutation)  # [B, H, Tm, hd]
         if c["output_gate"]:
             z = a_in @ W[h + "attn.gate.weight"]
             if mutation != "gate_bias_dropped":
                 z = z + W[h + "attn.gate.bias"]
             att = att * torch.sigmoid(z).transpose(1, 2).unsqueeze(-1)
-        att = att.transpose(1, 2).reshape(B, Tm, C)
+        att = att.transpose(1, 2).reshape(B, Tm, H * hd)
         o = linear(att, h + "attn.proj")
         if post and mutation == "post_norm_on_branch":  # x + a LN(f(x)) instead of LN(x + a f(x))
             s1, post_here = x + a1 * norm(o, h + "ln1"), False
@@ -587,9 +666,17 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         mid = norm(s1, h + "ln1") if post_here else s1
         # MLP sublayer.
         if c["mlp"]:
-            m_in = norm(mid, h + "ln2") if pre else mid
+            parallel = c.get("parallel_residual", False) and mutation != "parallel_as_sequential"
+            m_in = norm(x if parallel else mid, h + "ln2") if pre else mid
             hh = linear(m_in, h + "mlp.fc")
-            if mutation == "gelu_erf":
+            act = c.get("mlp_activation", "gelu_tanh")
+            if act == "swiglu":
+                F = hh.shape[-1] // 2
+                gg, uu = hh[..., :F], hh[..., F:]
+                if mutation == "swiglu_swapped":
+                    gg, uu = uu, gg
+                g = torch.nn.functional.silu(gg) * uu
+            elif (act == "gelu_erf") != (mutation in ("gelu_erf", "gelu_tanh_for_erf")):
                 g = torch.nn.functional.gelu(hh)
             else:
                 g = gelu_tanh(hh)

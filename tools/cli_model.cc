@@ -28,7 +28,7 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
   for (const std::string& note : loaded.value().notes) {
     std::fprintf(stderr, "note: %s\n", note.c_str());
   }
-  auto gpt = MakeGpt(loaded.value());
+  auto gpt = MakeGpt(std::move(loaded).value());
   Check(gpt.status());
   m.gpt = std::move(gpt).value();
   Result<std::unique_ptr<Tokenizer>> tok = Status::NotFound("no tokenizer");
@@ -45,7 +45,13 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
   if (tok.ok()) {
     m.tokenizer = std::move(tok).value();
     const int64_t v = m.gpt->config().vocab_size;
-    if (m.tokenizer->vocab_size() != v) {
+    // Released models pad their embedding past the tokenizer's ids (Qwen2.5: 151936 rows for
+    // 151665 ids), and so does a checkpoint fine-tuned from one (train --from, meta "from"):
+    // there the tokenizer only has to fit inside the model's vocabulary; elsewhere a different
+    // size means a different tokenizer.
+    const bool padded = m.format.rfind("hf-", 0) == 0 || m.format == "gguf" ||
+                        (m.meta.is_object() && m.meta.contains("from"));
+    if (padded ? m.tokenizer->vocab_size() > v : m.tokenizer->vocab_size() != v) {
       throw CommandError("the tokenizer (" + m.tokenizer->name() + ", " +
                          std::to_string(m.tokenizer->vocab_size()) +
                          " ids) does not match the model's vocabulary of " + std::to_string(v));

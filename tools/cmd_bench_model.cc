@@ -2,7 +2,8 @@
 // weights and tokens (what decides how many tokens a model sees in an hour).
 //
 //   attnlab bench model [--preset small3m|gpt2-small|default ...] [--layers L --d-model C
-//                        --heads H --vocab V --context T] [--batch B] [--seq-len S] [--steps 5]
+//                        --heads H --vocab V --context T] [--model PATH ...]
+//                       [--batch B] [--seq-len S] [--steps 5]
 //                       [--prefill 0] [--decode 64] [--kv-dtype f32|bf16|f16] [--json]
 //                       [--threads T]
 //
@@ -16,7 +17,10 @@
 // that prefill. Each rate is also given as model FLOP/s (6N + 6LCT per trained token, 2N + 2LCT
 // per inferred one: Kaplan et al. 2020, llm.c's MFU) divided by a 2048^3 sgemm measured in the
 // same run. --json prints the bench document (bench_json.h). bench/torch_model_bench.py runs the
-// same shapes in PyTorch and prints both side by side.
+// same shapes in PyTorch and prints both side by side. --model PATH benchmarks a model file
+// (any format LoadAnyModel opens: a Hugging Face folder, GGUF, a checkpoint) with its own
+// weights: batch 1 x min(context, 256) for training unless --batch/--seq-len say otherwise;
+// --steps 0 skips training (a real model's training needs ~16 bytes per parameter).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +36,8 @@
 #include "commands.h"
 #include "core/resources.h"
 #include "formats/checkpoint.h"
+#include "formats/load_model.h"
+#include "formats/loaded_model.h"
 #include "model/gpt.h"
 #include "report/format_number.h"
 #include "train/optimizer.h"
@@ -40,7 +46,7 @@ namespace attnlab::cli {
 namespace {
 
 struct BenchModelOptions {
-  std::vector<std::string> presets;
+  std::vector<std::string> presets, models;
   int64_t layers = 0, d_model = 0, heads = 0, vocab = 0, context = 0, batch = 0, seq_len = 0;
   int64_t steps = 5, prefill = 0, decode = 64;
   std::string kv_dtype = "f32";
@@ -52,6 +58,7 @@ struct Shape {
   ModelConfig config;
   int64_t batch = 16, seq_len = 256;
   int64_t prefill = 0;  // tokens
+  std::string model_path;  // --model: run this file's weights instead of random ones
 };
 
 Shape Preset(const std::string& name) {
@@ -130,25 +137,36 @@ nlohmann::ordered_json ShapeJson(const Shape& s) {
 // The rows of one shape: train, prefill, decode (and decode with the --kv-dtype cache).
 std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvDtype kv_dtype,
                                  const bench::TableRow& peak) {
-  auto g = Gpt::Create(s.config);
-  Check(g.status(), s.name);
-  Gpt& gpt = *g.value();
-  gpt.params().Initialize(s.config, 1);
+  std::unique_ptr<Gpt> model;
+  if (s.model_path.empty()) {
+    auto g = Gpt::Create(s.config);
+    Check(g.status(), s.name);
+    model = std::move(g).value();
+    model->params().Initialize(s.config, 1);
+  } else {
+    auto loaded = LoadAnyModel(s.model_path);
+    Check(loaded.status(), "--model " + s.model_path);
+    auto g = MakeGpt(std::move(loaded).value());
+    Check(g.status(), s.model_path);
+    model = std::move(g).value();
+  }
+  Gpt& gpt = *model;
   std::mt19937 rng(7);
   const int64_t B = s.batch, T = s.seq_len, V = s.config.vocab_size;
   std::vector<int32_t> x(B * T), y(B * T);
   for (auto& t : x) t = rng() % V;
   for (auto& t : y) t = rng() % V;
   AdamWConfig oc;
-  AdamW opt(s.config, oc);
   std::vector<double> step_times;
   double loss = 0;
-  for (int64_t i = 0; i <= o.steps; ++i) {
+  std::unique_ptr<AdamW> opt;
+  if (o.steps > 0) opt = std::make_unique<AdamW>(s.config, oc);
+  for (int64_t i = 0; o.steps > 0 && i <= o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     gpt.grads().Zero();
     Check(gpt.Forward(x.data(), y.data(), B, T, &loss));
     Check(gpt.Backward());
-    opt.Step(gpt.params(), gpt.grads());
+    opt->Step(gpt.params(), gpt.grads());
     if (i > 0) step_times.push_back(Seconds(t0, std::chrono::steady_clock::now()));
   }
   const double step = Median(step_times);
@@ -203,11 +221,13 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
     return r;
   };
   std::vector<bench::TableRow> rows;
-  bench::TableRow train = row("train_step", double(B * T), step,
-                              FlopsPerToken(c, double(T), true), {{"tokens", B * T}});
-  train.checks.push_back({"training loss is finite", std::isfinite(loss), loss, NAN});
-  train.note += "; loss " + report::FormatSignificant(loss, 4);
-  rows.push_back(train);
+  if (o.steps > 0) {
+    bench::TableRow train = row("train_step", double(B * T), step,
+                                FlopsPerToken(c, double(T), true), {{"tokens", B * T}});
+    train.checks.push_back({"training loss is finite", std::isfinite(loss), loss, NAN});
+    train.note += "; loss " + report::FormatSignificant(loss, 4);
+    rows.push_back(train);
+  }
   rows.push_back(row("prefill", double(P), f32.prefill_s, FlopsPerToken(c, double(P), false),
                      {{"tokens", P}, {"kv_dtype", "f32"}}));
   if (o.decode > 0) {
@@ -258,6 +278,18 @@ std::vector<Shape> Shapes(const BenchModelOptions& o) {
     shapes.push_back(s);
   }
   for (const std::string& p : o.presets) shapes.push_back(Preset(p));
+  for (const std::string& path : o.models) {
+    // The configuration only (the weights are loaded by Run, one model at a time).
+    auto loaded = LoadAnyModel(path);
+    Check(loaded.status(), "--model " + path);
+    Shape s;
+    s.name = path;
+    s.config = loaded.value().config;
+    s.model_path = path;
+    s.batch = 1;
+    s.seq_len = std::min<int64_t>(s.config.context, 256);
+    shapes.push_back(s);
+  }
   if (shapes.empty()) shapes = {Preset("small3m")};
   for (Shape& s : shapes) {
     if (o.batch > 0) s.batch = o.batch;
@@ -312,7 +344,8 @@ void RunAll(const BenchModelOptions& o) {
                          (o.presets.empty() && o.layers == 0
                               ? " (GPT-2 124M: --preset gpt2-small, ~3 GB, a minute or more)"
                               : ""));
-  const bench::TableRow peak = SgemmPeakRow(static_cast<int>(std::min<int64_t>(3, o.steps)));
+  const bench::TableRow peak =
+      SgemmPeakRow(static_cast<int>(std::clamp<int64_t>(o.steps, 1, 3)));
   if (!o.json) {
     std::printf("# CPU: %s | threads: %d | %s | kernels %s | training = forward + backward + "
                 "AdamW\n",
@@ -347,6 +380,9 @@ void RegisterBenchModelCommand(CLI::App& app) {
                   "model's shape); several allowed")
       ->check(CLI::IsMember({"small3m", "gpt2-small", "default"}));
   const auto size = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  cmd->add_option("--model", o->models,
+                  "a model file or folder to run with its own weights (HF folder, GGUF, "
+                  "checkpoint); several allowed");
   cmd->add_option("--layers", o->layers, "custom shape: layers")->check(size);
   cmd->add_option("--d-model", o->d_model, "custom shape: width")->check(size);
   cmd->add_option("--heads", o->heads, "custom shape: heads")->check(size);
@@ -354,7 +390,8 @@ void RegisterBenchModelCommand(CLI::App& app) {
   cmd->add_option("--context", o->context, "custom shape: context")->check(size);
   cmd->add_option("--batch", o->batch, "sequences per training step")->check(size);
   cmd->add_option("--seq-len", o->seq_len, "tokens per training sequence")->check(size);
-  cmd->add_option("--steps", o->steps, "timed training steps (5)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--steps", o->steps, "timed training steps (5; 0: no training)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_option("--prefill", o->prefill, "prefill tokens (default: min(context - decode, 512))")
       ->check(size);
   cmd->add_option("--decode", o->decode, "decoded tokens (64)")->check(CLI::Range(0, 1000000));

@@ -1,11 +1,12 @@
 // `attnlab eval`: perplexity of a model on a text, over consecutive windows of its context.
 //
-//   attnlab eval [--model M] [--text FILE] [--max-tokens N]
+//   attnlab eval [--model M] [--text FILE] [--max-tokens N] [--window T]
 //
 // The text (default: the bundled sample) is tokenised and cut into consecutive windows of the
-// model's context, each run as its own sequence (starting with BOS when the model was trained that
+// model's context (at most --window, default 2048, tokens), each run as its own sequence (starting with BOS when the model was trained that
 // way). Every text token is scored exactly once: with BOS, all N of them (the first from BOS alone);
 // without, all but the first (N - 1), since nothing predicts it.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,7 +21,7 @@ namespace {
 
 struct EvalOptions {
   std::string model, tokenizer, text;
-  int64_t max_tokens = 0;
+  int64_t max_tokens = 0, window = 0;
   bool json = false;
 };
 
@@ -39,7 +40,10 @@ void Run(const EvalOptions& o) {
   std::vector<int32_t> ids = std::move(enc).value();
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   const bool bos = TrainedWithBos(m);
-  const int64_t T = c.context, N = static_cast<int64_t>(ids.size());
+  // Windows of the model's context, capped (a released model's 32k-128k context would hold a
+  // [T, vocab] logit matrix of tens of GB): --window, default min(context, 2048).
+  const int64_t T = std::min(c.context, o.window > 0 ? o.window : int64_t{2048});
+  const int64_t N = static_cast<int64_t>(ids.size());
   // Window w scores each token exactly once, so windows advance by T in both cases: with BOS,
   // x = [BOS, ids[s .. s+T-2]] (T tokens) predicts y = ids[s .. s+T-1]; without, x = ids[s ..
   // s+T-1] predicts y = ids[s+1 .. s+T]. The next window starts at s + T: with BOS its first
@@ -93,6 +97,9 @@ void RegisterEvalCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("eval", "Perplexity of a model on a text");
   AddModelOptions(cmd, &o->model, &o->tokenizer);
   cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
+  cmd->add_option("--window", o->window,
+                  "tokens per window (default: min(the model's context, 2048))")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-tokens", o->max_tokens, "use at most the first N tokens of the text (default: all)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print JSON");

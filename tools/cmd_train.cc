@@ -1,12 +1,17 @@
 // `attnlab train`: train a GPT on a prepared data directory (attnlab prepare).
 //
 //   attnlab train --data DIR --out CKPT [model flags] [training flags] [--config FILE] [--resume]
+//   attnlab train --data DIR --out CKPT --from MODEL [training flags]     (fine-tune a model)
 //
 // --config FILE is JSON {"model": {ModelConfig keys}, "train": {training keys}}; flags given on
 // the command line override it. The vocabulary comes from the data's tokenizer. Progress goes to
 // stderr every --log-every steps; validation every --eval-every steps; a checkpoint (atomic) every
 // --checkpoint-every steps and at the end, with the tokenizer inside, so the checkpoint alone is
 // enough for generate, eval and analyze. --resume continues from CKPT exactly (same flags).
+// --from MODEL starts from any model attnlab opens (formats/load_model.h: a Hugging Face
+// llama/qwen/... folder, a checkpoint, ...), its configuration and weights; the data must be
+// tokenized with that model's tokenizer (attnlab prepare --tokenizer MODEL_DIR): every token id
+// must be inside the model's vocabulary.
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +25,7 @@
 #include "core/atomic_file.h"
 #include "diagnostics/first_token_probe.h"
 #include "formats/checkpoint.h"
+#include "formats/load_model.h"
 #include "formats/loaded_model.h"
 #include "tokenizer/tokenizer_spec.h"
 #include "train/token_data.h"
@@ -32,7 +38,7 @@ namespace {
 using nlohmann::json;
 
 struct TrainFlags {
-  std::string config_file, data, out;
+  std::string config_file, data, out, from;
   bool resume = false, json_out = false;
   int64_t stop_at = -1;  // stop after this step (the schedule still spans --steps); -1: at the end
   json model = json::object();  // flags given, as ModelConfig JSON keys
@@ -103,6 +109,9 @@ void Run(TrainFlags f) {
   // Model: from the checkpoint when resuming, else from the flags.
   std::unique_ptr<Gpt> gpt;
   LoadedCheckpoint ckpt;
+  if (f.resume && !f.from.empty()) {
+    throw UsageError("--resume continues the run in --out; --from starts a new one: give one");
+  }
   if (f.resume) {
     if (f.out.empty()) throw UsageError("--resume needs --out CKPT (the checkpoint to continue)");
     auto r = LoadCheckpoint(f.out);
@@ -128,6 +137,20 @@ void Run(TrainFlags f) {
     Check(g.status());
     gpt = std::move(g).value();
     Check(CopyParameters(ckpt.params, &gpt->params()));
+  } else if (!f.from.empty()) {
+    if (!f.model.empty() || !model.empty()) {
+      throw UsageError("--from takes the model's configuration from " + f.from +
+                       "; drop the model flags (and the config file's \"model\" section)");
+    }
+    auto loaded = LoadAnyModel(f.from);
+    Check(loaded.status(), "--from " + f.from);
+    CheckModelFitsInMemory(loaded.value().config);
+    for (const std::string& note : loaded.value().notes) {
+      std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
+    auto g = MakeGpt(std::move(loaded).value());
+    Check(g.status());
+    gpt = std::move(g).value();
   } else {
     model["vocab_size"] = tok.value()->vocab_size();
     auto cfg = ModelConfigFromJson(model.dump());
@@ -139,8 +162,18 @@ void Run(TrainFlags f) {
     gpt->params().Initialize(cfg.value(), settings.value().init_seed);
   }
   const ModelConfig& mc = gpt->config();
-  if (mc.vocab_size != tok.value()->vocab_size()) {
-    throw CommandError("the checkpoint's vocabulary (" + std::to_string(mc.vocab_size) +
+  // A model from --from may have more rows than its tokenizer has ids (Hugging Face models pad
+  // the embedding): every data id must only be inside the model's vocabulary.
+  std::string from = f.from;
+  if (f.resume && ckpt.meta.is_object() && ckpt.meta.contains("from") &&
+      ckpt.meta["from"].is_string()) {
+    from = ckpt.meta["from"].get<std::string>();
+  }
+  const bool fits = from.empty() ? mc.vocab_size == tok.value()->vocab_size()
+                                 : mc.vocab_size >= tok.value()->vocab_size();
+  if (!fits) {
+    throw CommandError(std::string(from.empty() ? "the checkpoint's" : "the --from model's") +
+                       " vocabulary (" + std::to_string(mc.vocab_size) +
                        ") does not match the data's tokenizer (" +
                        std::to_string(tok.value()->vocab_size()) + ")");
   }
@@ -171,6 +204,7 @@ void Run(TrainFlags f) {
   }
   o.out_dir = f.out;
   o.meta = json{{"tokenizer", tok_spec}, {"data", f.data}};
+  if (!from.empty()) o.meta["from"] = from;
   o.meta["train"] = train;
 
   std::fprintf(stderr,
@@ -238,6 +272,9 @@ void RegisterTrainCommand(CLI::App& app) {
   cmd->add_option("--out", f->out, "checkpoint directory (written atomically)");
   cmd->add_option("--config", f->config_file, "JSON {\"model\": {...}, \"train\": {...}}");
   cmd->add_flag("--resume", f->resume, "continue the run saved in --out exactly");
+  cmd->add_option("--from", f->from,
+                  "fine-tune: start from this model (HF folder, GGUF, checkpoint, ...), its "
+                  "configuration and weights");
   cmd->add_flag("--json", f->json_out, "print the result (steps, time, losses) as JSON");
   cmd->add_option("--stop-at", f->stop_at,
                   "stop (with a checkpoint) after this step; the learning-rate schedule still "

@@ -50,6 +50,13 @@ enum class NormPlacement { kPre, kPost, kNone };
 enum class NormType { kLayerNorm, kRmsNorm };
 enum class ResidualScale { kOne, kInvSqrt2L, kReZero, kDeepNorm };
 enum class AttentionType { kSoftmax, kLinear, kSparse };
+// The MLP: y = act(x W_fc + b) W_proj + b, act one of
+//   kGeluTanh  GELU, tanh approximation (GPT-2's "gelu_new"); W_fc [C, F]
+//   kGeluErf   GELU, exact: x Phi(x) with the erf (GPT-NeoX/Pythia's "gelu"); W_fc [C, F]
+//   kSwiGlu    SwiGLU (Shazeer 2020, arXiv:2002.05202; Llama, Mistral, Qwen): W_fc [C, 2F] holds
+//              the gate's columns then the up projection's, h = x W_fc = [g | u] and
+//              act(h) = silu(g) * u with silu(g) = g sigmoid(g); W_proj [F, C]
+enum class MlpActivation { kGeluTanh, kGeluErf, kSwiGlu };
 
 struct ModelConfig {
   // Shape.
@@ -59,10 +66,17 @@ struct ModelConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_kv_head = 0;  // 0: same as n_head (MHA)
+  int64_t head_size = 0;  // elements per head; 0: d_model / n_head. Otherwise free (Qwen3:
+                          // 16 heads of 128 in a 1024-wide model): attention runs at width
+                          // attn_dim() = n_head * head_dim() and the output projection maps
+                          // attn_dim() back to d_model
   int64_t mlp_hidden = 0;  // 0: 4 * d_model
   bool mlp = true;
   bool residual = true;
   bool bias = true;            // biases in linear layers and LayerNorm
+  bool qkv_bias = false;       // biases on q, k and v even when bias = false (Qwen2)
+  MlpActivation mlp_activation = MlpActivation::kGeluTanh;
+  bool parallel_residual = false;  // GPT-NeoX: x + attn(LN1(x)) + mlp(LN2(x)) (pre-LN only)
   bool tie_embeddings = true;  // lm_head = wte^T
   // Positions.
   PositionEncoding position = PositionEncoding::kRope;
@@ -71,7 +85,10 @@ struct ModelConfig {
   double rope_base = 10000.0;
   RopeScaling rope_scaling = RopeScaling::kNone;
   double rope_factor = 1.0;
-  int64_t rope_original_context = 0;  // YaRN's L_orig (0: context)
+  int64_t rope_original_context = 0;  // YaRN's / llama3's L_orig (0: context)
+  double rope_low_freq_factor = 1.0;   // llama3 scaling (rope.h)
+  double rope_high_freq_factor = 4.0;  // llama3 scaling
+  double rope_attention_factor = 0.0;  // yarn_hf: A (0: 0.1 ln(s) + 1)
   // Normalisation and residual.
   NormPlacement norm = NormPlacement::kPre;
   NormType norm_type = NormType::kLayerNorm;
@@ -83,19 +100,33 @@ struct ModelConfig {
   float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(max_positions())
   bool output_gate = false;
   bool mask_first_key = false;
+  bool qk_norm = false;  // Qwen3: RMSNorm (norm_eps, a learned [head_dim] gain for q and one for
+                         // k) over each head's q and k, before RoPE
   bool sink_token = false;
   int64_t attention_window = -1;  // causal sliding window (keys i-w..i, plus the sink token
                                   // if any); -1: full causal
+  std::string window_layers;      // which layers the window applies to: "" every layer, else
+                                  // one character per layer, 'w' windowed, 'f' full causal
+                                  // (gpt-oss alternates "wfwf...")
   AttentionType attention_type = AttentionType::kSoftmax;
   int64_t attention_global = 0;  // sparse: global tokens (the first positions); 0: none
   // Initialisation.
   float init_std = 0.02f;
   bool scale_residual_init = true;  // GPT-2: output projections get std / sqrt(2 n_layer)
 
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  int64_t attn_dim() const { return n_head * head_dim(); }
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * d_model : mlp_hidden; }
   int64_t qkv_dim() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  bool has_qkv_bias() const { return bias || qkv_bias; }
+  // Columns of the MLP's first matrix: 2F with SwiGLU's gate and up, else F.
+  int64_t fc_dim() const { return mlp_activation == MlpActivation::kSwiGlu ? 2 * hidden() : hidden(); }
+  // The causal sliding window of layer l (attention_window, or -1 where window_layers says 'f').
+  int64_t layer_window(int64_t l) const {
+    if (attention_window < 0 || window_layers.empty()) return attention_window;
+    return window_layers[static_cast<size_t>(l)] == 'w' ? attention_window : -1;
+  }
   // Sequence length the transformer sees: context + 1 with a sink token.
   int64_t max_positions() const { return context + (sink_token ? 1 : 0); }
   float effective_sigmoid_bias() const;
@@ -104,6 +135,9 @@ struct ModelConfig {
   float deepnorm_alpha() const;
   float deepnorm_beta() const;
 };
+
+// The RoPE configuration a model config implies (position must be kRope to be meaningful).
+RopeConfig MakeRopeConfig(const ModelConfig& c);
 
 // Checks every field; the message names the field and the allowed range.
 Status ValidateModelConfig(const ModelConfig& c);

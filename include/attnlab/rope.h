@@ -39,6 +39,16 @@
 //            partial rotary the logit temperature therefore applies to the rotary part only).
 //            The ramp is the paper's continuous gamma(r_i); Hugging Face instead rounds the
 //            ramp's end points to whole dimension indices, so its theta' can differ slightly.
+//   kYarnHf: YaRN exactly as Hugging Face transformers computes it (_compute_yarn_parameters,
+//            the rope_scaling type "yarn" of config.json): the ramp runs over pair indices,
+//            low = floor(D(beta)), high = ceil(D(alpha)) with D(r) = d ln(L / (2 pi r)) /
+//            (2 ln base), clamped to [0, d - 1] (high += 0.001 when equal); ramp_i =
+//            clamp((i - low) / (high - low), 0, 1), theta'_i = theta_i / s * ramp_i +
+//            theta_i (1 - ramp_i). A = attention_factor if > 0, else 0.1 ln(s) + 1.
+//   kLlama3: Llama 3.1's rule (rope_type "llama3"): with wavelength w_i = 2 pi / theta_i,
+//            w_lo = L / low_freq_factor, w_hi = L / high_freq_factor: theta'_i = theta_i if
+//            w_i < w_hi, theta_i / s if w_i > w_lo, else (1 - k) theta_i / s + k theta_i
+//            with k = (L / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor). A = 1.
 //
 // Precision. theta'_i and every angle m * theta'_i are computed in double; the table stores
 // A*cos and A*sin as float. Kernels on double views widen those float values (so a double view is
@@ -57,7 +67,7 @@
 namespace attnlab {
 
 enum class RopeLayout { kNeox, kGptJ };
-enum class RopeScaling { kNone, kLinear, kNtk, kYarn };
+enum class RopeScaling { kNone, kLinear, kNtk, kYarn, kYarnHf, kLlama3 };
 
 struct RopeConfig {
   int64_t head_dim = 0;    // elements per head vector
@@ -69,6 +79,9 @@ struct RopeConfig {
   int64_t original_context = 0;  // L, the training context; required (> 0) for kYarn
   double yarn_alpha = 1.0;       // kYarn ramp start (r below: interpolate), >= 0
   double yarn_beta = 32.0;       // kYarn ramp end (r above: extrapolate), > yarn_alpha
+  double attention_factor = 0.0;  // kYarnHf: A (0: 0.1 ln(s) + 1)
+  double low_freq_factor = 1.0;   // kLlama3
+  double high_freq_factor = 4.0;  // kLlama3, > low_freq_factor
 };
 
 // Checks every field; the error says which field, what was found and what is allowed.
@@ -95,7 +108,7 @@ class RopeTable {
 
   // theta'_i in double: [pairs()].
   const std::vector<double>& Frequencies() const { return freqs_; }
-  // A: YarnAttentionFactor(factor) for kYarn, else 1.
+  // A: YarnAttentionFactor(factor) for kYarn (kYarnHf: attention_factor or that), else 1.
   double AttentionFactor() const { return attention_factor_; }
 
   // A * cos(position * theta'_i) and A * sin(...), i in [0, pairs()).

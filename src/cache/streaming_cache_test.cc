@@ -308,6 +308,61 @@ TEST(StreamEval, DenseStreamingOfASinkTokenModelEqualsAFullForward) {
   }
 }
 
+// Dense streaming (one token at a time through the KV cache) equals one full forward for every
+// released family's configuration of the decoder (hf_decoder.h maps config.json onto these).
+TEST(StreamEval, DenseStreamingEqualsAFullForwardForEveryFamilyConfiguration) {
+  struct Family {
+    const char* name;
+    void (*apply)(ModelConfig&);
+  };
+  const Family families[] = {
+      {"llama", [](ModelConfig& c) {
+         c.norm_type = NormType::kRmsNorm, c.mlp_activation = MlpActivation::kSwiGlu;
+         c.bias = false, c.tie_embeddings = false, c.rope_scaling = RopeScaling::kLlama3;
+         c.rope_factor = 4, c.rope_original_context = 16;
+       }},
+      {"mistral", [](ModelConfig& c) {
+         c.norm_type = NormType::kRmsNorm, c.mlp_activation = MlpActivation::kSwiGlu;
+         c.bias = false, c.attention_window = 6;
+       }},
+      {"qwen2", [](ModelConfig& c) {
+         c.norm_type = NormType::kRmsNorm, c.mlp_activation = MlpActivation::kSwiGlu;
+         c.bias = false, c.qkv_bias = true, c.attention_window = 5, c.window_layers = "fw";
+       }},
+      {"qwen3", [](ModelConfig& c) {
+         c.norm_type = NormType::kRmsNorm, c.mlp_activation = MlpActivation::kSwiGlu;
+         c.bias = false, c.qk_norm = true, c.head_size = 8, c.n_kv_head = 1;
+       }},
+      {"gpt_neox", [](ModelConfig& c) {
+         c.mlp_activation = MlpActivation::kGeluErf, c.parallel_residual = true;
+         c.rotary_dim = 2, c.n_kv_head = 0;
+       }},
+      {"gptoss_attention", [](ModelConfig& c) {
+         c.softmax = SoftmaxKind::kSinkLogit, c.attention_window = 4, c.window_layers = "wf";
+         c.rope_scaling = RopeScaling::kYarnHf, c.rope_factor = 2, c.rope_original_context = 16;
+       }},
+  };
+  for (const Family& f : families) {
+    ModelConfig c = TinyRope();
+    f.apply(c);
+    auto g = Gpt::Create(c);
+    ASSERT_TRUE(g.ok()) << f.name << ": " << g.status().ToString();
+    Gpt& gpt = *g.value();
+    gpt.params().Initialize(c, 7);
+    std::mt19937 rng(13);
+    std::vector<int32_t> tokens(33);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+    StreamEvalOptions o;
+    o.cache.policy = CachePolicy::kDense;
+    auto r = EvaluateStreaming(gpt, tokens, o);
+    ASSERT_TRUE(r.ok()) << f.name << ": " << r.status().message();
+    const int64_t T = static_cast<int64_t>(tokens.size()) - 1;
+    double loss = 0;
+    ASSERT_TRUE(gpt.Forward(tokens.data(), tokens.data() + 1, 1, T, &loss).ok());
+    EXPECT_NEAR(r.value().mean_loss, loss, 1e-5 * std::max(1.0, loss)) << f.name;
+  }
+}
+
 // Every policy's cache is measured by the evaluator: the tokens it held after each chunk, where
 // eviction started, and where dense ran past the context.
 TEST(StreamEval, RecordsCacheTokensEvictionAndContextEnd) {

@@ -54,7 +54,7 @@ class WindowObserver : public ForwardObserver {
     if (!keep_) return;
     if (t.layer == 0) emb_.insert(emb_.end(), t.residual_in, t.residual_in + t.len * C);
     res_[t.layer].insert(res_[t.layer].end(), t.residual_out, t.residual_out + t.len * C);
-    att_[t.layer].insert(att_[t.layer].end(), t.attn_out, t.attn_out + t.len * C);
+    att_[t.layer].insert(att_[t.layer].end(), t.attn_out, t.attn_out + t.len * H * hd);
     for (int64_t i = 0; i < t.len; ++i) {
       const float* q = t.qkv + i * Q;
       q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
@@ -66,7 +66,7 @@ class WindowObserver : public ForwardObserver {
   std::vector<AttentionStatsAccumulator>* stats_;
   bool keep_;
   std::vector<float> emb_;
-  std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C]
+  std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
   std::vector<AttentionTensor> k_all_;
   std::vector<int64_t> len_k_;
   std::vector<AttentionParams> params_;
@@ -178,7 +178,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       AddStream(la.output, m, w);
       if (T >= 2) {
         ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
-                                 ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, C), H));
+                                 ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H));
         for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
       }
       for (int64_t h = 0; h < H; ++h) {

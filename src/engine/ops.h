@@ -35,6 +35,21 @@ void GeluForward(int64_t n, const float* x, float* y, ThreadPool* pool = nullptr
 // dx += gelu'(x) * dy.
 void GeluBackward(int64_t n, const float* x, const float* dy, float* dx, ThreadPool* pool = nullptr);
 
+// GELU, exact: x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (GPT-NeoX/Pythia's "gelu").
+// Baseline code (activations.cc), not dispatched per SIMD target.
+void GeluErfForward(int64_t n, const float* x, float* y, ThreadPool* pool = nullptr);
+// dx += gelu'(x) * dy, gelu'(x) = Phi(x) + x phi(x).
+void GeluErfBackward(int64_t n, const float* x, const float* dy, float* dx,
+                     ThreadPool* pool = nullptr);
+
+// SwiGLU (Shazeer 2020, arXiv:2002.05202): h [N, 2F] = [g | u] per row, y [N, F] =
+// silu(g) * u, silu(g) = g / (1 + exp(-g)). Baseline code (activations.cc).
+void SwigluForward(int64_t N, int64_t F, const float* h, float* y, ThreadPool* pool = nullptr);
+// dh[:, :F] += dy * u * silu'(g), dh[:, F:] += dy * silu(g);
+// silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
+void SwigluBackward(int64_t N, int64_t F, const float* h, const float* dy, float* dh,
+                    ThreadPool* pool = nullptr);
+
 // y[n, :] += b (broadcast over rows).
 void AddBias(int64_t N, int64_t C, const float* b, float* y, ThreadPool* pool = nullptr);
 // db[c] += sum_n dy[n, c].

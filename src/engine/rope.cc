@@ -2,6 +2,7 @@
 // Semantics are defined in include/attnlab/rope.h.
 #include "attnlab/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -180,6 +181,28 @@ Status ValidateRope(const RopeConfig& c) {
                                        Num(c.yarn_alpha) + ", " + Num(c.yarn_beta));
       }
       break;
+    case RopeScaling::kYarnHf:
+      if (c.original_context <= 0) {
+        return Status::InvalidArgument("rope: YaRN needs original_context > 0, got " +
+                                       Str(c.original_context));
+      }
+      if (!std::isfinite(c.attention_factor) || c.attention_factor < 0) {
+        return Status::InvalidArgument("rope: YaRN's attention_factor must be >= 0, got " +
+                                       Num(c.attention_factor));
+      }
+      break;
+    case RopeScaling::kLlama3:
+      if (c.original_context <= 0) {
+        return Status::InvalidArgument(
+            "rope: llama3 scaling needs original_context (original_max_position_embeddings) > 0");
+      }
+      if (!std::isfinite(c.low_freq_factor) || !std::isfinite(c.high_freq_factor) ||
+          c.low_freq_factor <= 0 || c.high_freq_factor <= c.low_freq_factor) {
+        return Status::InvalidArgument(
+            "rope: llama3 scaling needs 0 < low_freq_factor < high_freq_factor, got " +
+            Num(c.low_freq_factor) + ", " + Num(c.high_freq_factor));
+      }
+      break;
     default:
       return Status::InvalidArgument("rope: unknown scaling " +
                                      Str(static_cast<int64_t>(c.scaling)));
@@ -197,6 +220,18 @@ Result<std::vector<double>> RopeFrequencies(const RopeConfig& c) {
   // ref: NTK-aware, https://www.reddit.com/r/LocalLLaMA/comments/14lz7j5/ (bloc97 2023).
   const double base = c.scaling == RopeScaling::kNtk ? c.base * std::pow(s, d / (d - 2.0)) : c.base;
   std::vector<double> freqs(pairs);
+  // kYarnHf's ramp over pair indices (transformers' find_correction_range, linear_ramp_factor).
+  double ramp_lo = 0, ramp_hi = 1;
+  if (c.scaling == RopeScaling::kYarnHf) {
+    auto correction_dim = [&](double rotations) {
+      return d * std::log(static_cast<double>(c.original_context) /
+                          (rotations * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(c.base));
+    };
+    ramp_lo = std::max(0.0, std::floor(correction_dim(c.yarn_beta)));
+    ramp_hi = std::min(d - 1.0, std::ceil(correction_dim(c.yarn_alpha)));
+    if (ramp_lo == ramp_hi) ramp_hi += 0.001;
+  }
   for (int64_t i = 0; i < pairs; ++i) {
     const double theta = std::pow(base, -2.0 * static_cast<double>(i) / d);
     switch (c.scaling) {
@@ -219,6 +254,26 @@ Result<std::vector<double>> RopeFrequencies(const RopeConfig& c) {
           gamma = (r - c.yarn_alpha) / (c.yarn_beta - c.yarn_alpha);
         }
         freqs[i] = (1.0 - gamma) * theta / s + gamma * theta;
+        break;
+      }
+      case RopeScaling::kYarnHf: {
+        const double ramp =
+            std::clamp((static_cast<double>(i) - ramp_lo) / (ramp_hi - ramp_lo), 0.0, 1.0);
+        freqs[i] = theta / s * ramp + theta * (1.0 - ramp);
+        break;
+      }
+      case RopeScaling::kLlama3: {  // ref: transformers' _compute_llama3_parameters
+        const double L = static_cast<double>(c.original_context);
+        const double w = 2.0 * std::numbers::pi / theta;
+        if (w < L / c.high_freq_factor) {
+          freqs[i] = theta;
+        } else if (w > L / c.low_freq_factor) {
+          freqs[i] = theta / s;
+        } else {
+          const double k =
+              (L / w - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+          freqs[i] = (1.0 - k) * theta / s + k * theta;
+        }
         break;
       }
     }
@@ -244,8 +299,12 @@ Result<RopeTable> RopeTable::Make(const RopeConfig& config, int64_t max_position
   t.config_ = config;
   t.max_position_ = max_position;
   t.freqs_ = std::move(freqs);
-  t.attention_factor_ =
-      config.scaling == RopeScaling::kYarn ? YarnAttentionFactor(config.factor) : 1.0;
+  t.attention_factor_ = 1.0;
+  if (config.scaling == RopeScaling::kYarn) t.attention_factor_ = YarnAttentionFactor(config.factor);
+  if (config.scaling == RopeScaling::kYarnHf) {
+    t.attention_factor_ = config.attention_factor > 0 ? config.attention_factor
+                                                      : YarnAttentionFactor(config.factor);
+  }
   const int64_t pairs = t.pairs();
   t.cos_.resize(static_cast<size_t>(max_position * pairs));
   t.sin_.resize(static_cast<size_t>(max_position * pairs));

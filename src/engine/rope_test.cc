@@ -86,6 +86,10 @@ const char* Name(RopeScaling s) {
       return "ntk";
     case RopeScaling::kYarn:
       return "yarn";
+    case RopeScaling::kYarnHf:
+      return "yarn_hf";
+    case RopeScaling::kLlama3:
+      return "llama3";
   }
   return "?";
 }
@@ -628,6 +632,81 @@ TEST(RopeErrors, BadInputsAreRejectedAndLeaveTheDataAlone) {
   EXPECT_TRUE(RopeForward(table, null, 0, 2, 3, ok_pos).ok());
   EXPECT_TRUE(RopeForward(table, v, 1, 2, 0, {}).ok());
   EXPECT_EQ(buf, orig);
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// Llama 3.1's published setting (base 500000, d 128, factor 8, L 8192, low 1, high 4): pairs
+// with wavelength under L / 4 = 2048 keep theta, over L / 1 = 8192 get theta / 8, and those
+// between interpolate linearly in L / wavelength, so theta' is continuous across both edges.
+TEST(RopeScaling, Llama3KeepsHighInterpolatesLowAndBlendsBetween) {
+  RopeConfig c;
+  c.head_dim = c.rotary_dim = 128;
+  c.base = 500000.0;
+  c.scaling = RopeScaling::kLlama3;
+  c.factor = 8.0;
+  c.original_context = 8192;
+  auto f = RopeFrequencies(c);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  int high = 0, low = 0, mid = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double theta = std::pow(500000.0, -2.0 * i / 128.0);
+    const double w = 2 * std::numbers::pi / theta;
+    if (w < 2048) {
+      EXPECT_DOUBLE_EQ((*f)[i], theta) << i;
+      ++high;
+    } else if (w > 8192) {
+      EXPECT_DOUBLE_EQ((*f)[i], theta / 8) << i;
+      ++low;
+    } else {
+      EXPECT_GT((*f)[i], theta / 8) << i;
+      EXPECT_LT((*f)[i], theta) << i;
+      ++mid;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(mid, 0);
+  c.high_freq_factor = 1.0;
+  EXPECT_FALSE(ValidateRope(c).ok());
+  c.high_freq_factor = 4.0;
+  c.original_context = 0;
+  EXPECT_FALSE(ValidateRope(c).ok());
+}
+
+// transformers' YaRN: the ramp runs over whole pair indices [floor(D(32)), ceil(D(1))], below
+// it theta is kept (extrapolation), above it divided by s; A = 0.1 ln s + 1 unless given.
+TEST(RopeScaling, YarnHfRampsOverWholePairIndices) {
+  RopeConfig c;
+  c.head_dim = c.rotary_dim = 64;
+  c.base = 10000.0;
+  c.scaling = RopeScaling::kYarnHf;
+  c.factor = 4.0;
+  c.original_context = 4096;
+  auto f = RopeFrequencies(c);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto D = [](double r) {
+    return 64 * std::log(4096 / (r * 2 * std::numbers::pi)) / (2 * std::log(10000.0));
+  };
+  const double lo = std::floor(D(32)), hi = std::ceil(D(1));
+  for (int i = 0; i < 32; ++i) {
+    const double theta = std::pow(10000.0, -2.0 * i / 64.0);
+    if (i <= lo) {
+      EXPECT_DOUBLE_EQ((*f)[i], theta) << i;
+    }
+    if (i >= hi) {
+      EXPECT_DOUBLE_EQ((*f)[i], theta / 4) << i;
+    }
+  }
+  auto t = RopeTable::Make(c, 4);
+  ASSERT_TRUE(t.ok());
+  EXPECT_DOUBLE_EQ(t->AttentionFactor(), 0.1 * std::log(4.0) + 1.0);
+  c.attention_factor = 1.25;
+  EXPECT_DOUBLE_EQ(RopeTable::Make(c, 4)->AttentionFactor(), 1.25);
 }
 
 }  // namespace

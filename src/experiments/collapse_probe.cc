@@ -67,7 +67,7 @@ void CollapseProbe::OnLayer(const LayerTensors& t) {
   DepthMetrics& d = depth_[t.layer + 1];
   status_ = stream(t.residual_out, d);
   if (!status_.ok()) return;
-  if (!finite(t.qkv, t.batch * T * Q) || !finite(t.attn_out, t.batch * T * C)) {
+  if (!finite(t.qkv, t.batch * T * Q) || !finite(t.attn_out, t.batch * T * H * hd)) {
     d.entropy = d.head_cosine = NAN;
     return;
   }
@@ -85,7 +85,7 @@ void CollapseProbe::OnLayer(const LayerTensors& t) {
     k.data = t.k_all.at(b, 0, 0);
     k.size = t.k_all.size - b * t.k_all.stride_batch;
     status_ = acc.value().AddRows(*t.attention, t.qkv + b * T * Q, Q, T, k, t.len_k);
-    d.head_cosine += HeadCosineLoss<float>(t.attn_out + b * T * C, T, H, hd, C, nullptr, 0.0);
+    d.head_cosine += HeadCosineLoss<float>(t.attn_out + b * T * H * hd, T, H, hd, H * hd, nullptr, 0.0);
   }
   if (!status_.ok()) return;
   const AttentionLayerStats st = acc.value().Finish();

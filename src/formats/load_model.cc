@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/files.h"
 #include "formats/checkpoint.h"
+#include "formats/hf_decoder.h"
 #include "formats/hf_gpt2.h"
 #include "formats/llmc.h"
 
@@ -15,13 +16,26 @@ namespace attnlab {
 namespace {
 constexpr char kConfigFile[] = "config.json";
 constexpr char kModelFile[] = "model.safetensors";
+
+// config.json's "model_type" ("" when absent or when the file is not a JSON object: other
+// loaders then report what is wrong with it).
+Result<std::string> HfModelType(const std::string& cfg_path) {
+  ATTNLAB_ASSIGN_OR_RETURN(std::string text, ReadFileToString(cfg_path, int64_t{16} << 20));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::string();
+  auto it = j.find("model_type");
+  if (it == j.end() || !it->is_string()) return std::string();
+  return it->get<std::string>();
+}
 }  // namespace
 
 Result<LoadedModel> LoadAnyModel(const std::string& path) {
   const std::string expected =
       "expected an attnlab checkpoint directory (config.json with \"format\": "
       "\"attnlab-checkpoint\"), a Hugging Face GPT-2 directory (model.safetensors [+ "
-      "config.json]), a .safetensors file, or an llm.c .bin file (magic 20240326)";
+      "config.json]), a Hugging Face llama/mistral/qwen2/qwen3/gpt_neox directory (config.json "
+      "+ safetensors, sharded or not), a .safetensors file, or an llm.c .bin file (magic "
+      "20240326)";
   auto from_checkpoint = [&](const std::string& dir) -> Result<LoadedModel> {
     ATTNLAB_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir));
     LoadedModel m;
@@ -54,6 +68,8 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
       if (KindOf(cfg) == PathKind::kFile) {
         ATTNLAB_ASSIGN_OR_RETURN(const bool is_checkpoint, IsCheckpointConfigFile(cfg));
         if (is_checkpoint) return from_checkpoint(dir);
+        ATTNLAB_ASSIGN_OR_RETURN(const std::string model_type, HfModelType(cfg));
+        if (model_type != "" && model_type != "gpt2") return LoadHfDecoderFolder(dir);
       }
       if (KindOf(dir + "/" + kModelFile) == PathKind::kFile) return LoadHfGpt2(dir);
       if (KindOf(dir + "/pytorch_model.bin") == PathKind::kFile) {

@@ -37,6 +37,10 @@ Status CopyParameters(const ParameterStore& src, ParameterStore* dst) {
   return Status::Ok();
 }
 
+Result<std::unique_ptr<Gpt>> MakeGpt(LoadedModel&& m) {
+  return Gpt::Create(m.config, std::move(m.params));
+}
+
 Result<std::unique_ptr<Gpt>> MakeGpt(const LoadedModel& m) {
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(m.config));
   ATTNLAB_RETURN_IF_ERROR(CopyParameters(m.params, &gpt->params()));

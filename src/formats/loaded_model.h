@@ -35,6 +35,8 @@ Status CopyParameters(const ParameterStore& src, ParameterStore* dst);
 
 // Gpt::Create(m.config) with m.params copied in.
 Result<std::unique_ptr<Gpt>> MakeGpt(const LoadedModel& m);
+// The same, moving m.params into the model (no second copy of the weights).
+Result<std::unique_ptr<Gpt>> MakeGpt(LoadedModel&& m);
 
 // InvalidArgument "<what>: tensor '<tensor>' has NaN at index i (of n)" (or +Inf/-Inf) if any
 // of x[0, n) is not finite. Shared by the loaders.

@@ -68,26 +68,45 @@ TensorView4<const T> Const(const TensorView4<T>& v) {
 
 }  // namespace
 
-Gpt::Gpt(const ModelConfig& config) : config_(config), params_(config), grads_(config) {}
+Gpt::Gpt(const ModelConfig& config, ParameterStore&& params)
+    : config_(config), params_(std::move(params)) {}
+
+void Gpt::EnsureGradients() {
+  if (grads_.infos().empty()) grads_ = ParameterStore(config_);
+}
 
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config) {
   ATTNLAB_RETURN_IF_ERROR(ValidateModelConfig(config));
-  std::unique_ptr<Gpt> g(new Gpt(config));
-  if (config.position == PositionEncoding::kRope) {
-    RopeConfig rc;
-    rc.head_dim = config.head_dim();
-    rc.rotary_dim = config.rotary_dim == 0 ? config.head_dim() : config.rotary_dim;
-    rc.base = config.rope_base;
-    rc.layout = config.rope_layout;
-    rc.scaling = config.rope_scaling;
-    rc.factor = config.rope_factor;
-    rc.original_context =
-        config.rope_original_context > 0 ? config.rope_original_context : config.context;
-    ATTNLAB_ASSIGN_OR_RETURN(RopeTable table,
-                             RopeTable::Make(rc, config.max_positions() * static_cast<int64_t>(std::max(1.0, config.rope_factor))));
-    g->rope_ = std::make_unique<RopeTable>(std::move(table));
+  return Create(config, ParameterStore(config));
+}
+
+Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, ParameterStore&& params) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateModelConfig(config));
+  const std::vector<ParamInfo> want = ParameterLayout(config);
+  const auto& got = params.infos();
+  bool same = want.size() == got.size();
+  for (size_t i = 0; same && i < want.size(); ++i) {
+    same = want[i].name == got[i].name && want[i].shape == got[i].shape &&
+           want[i].offset == got[i].offset;
   }
+  if (!same) return Status::InvalidArgument("parameters laid out for another configuration");
+  std::unique_ptr<Gpt> g(new Gpt(config, std::move(params)));
+  ATTNLAB_RETURN_IF_ERROR(g->Init());
   return g;
+}
+
+Status Gpt::Init() {
+  const ModelConfig& config = config_;
+  if (config.position == PositionEncoding::kRope) {
+    const RopeConfig rc = MakeRopeConfig(config);
+    // Sized for the common case; PlaceTokens grows it when a sequence reaches further (a
+    // released model's context, 32k-128k positions, would otherwise cost hundreds of MB here).
+    const int64_t positions = std::min<int64_t>(
+        4096, config.max_positions() * static_cast<int64_t>(std::max(1.0, config.rope_factor)));
+    ATTNLAB_ASSIGN_OR_RETURN(RopeTable table, RopeTable::Make(rc, positions));
+    rope_ = std::make_unique<RopeTable>(std::move(table));
+  }
+  return Status::Ok();
 }
 
 ThreadPool* Gpt::pool() const { return pool_ ? pool_ : &DefaultThreadPool(); }
@@ -207,6 +226,7 @@ void AddScaled(int64_t N, int64_t C, const float* g, float scale, float* dst, Th
 Gpt::LayerActivations Gpt::Layer(int64_t l) {
   const ModelConfig& c = config_;
   const int64_t N = N_, C = c.d_model, F = c.hidden(), H = c.n_head, Q = c.qkv_dim();
+  const int64_t A = c.attn_dim(), F1 = c.fc_dim(), QK = (H + c.kv_heads()) * c.head_dim();
   Activations& a = acts_;
   // Layer l's slice of a buffer with `per_layer` floats per layer; null where it is not kept.
   auto slice = [l](AlignedBuffer<float>& b, int64_t per_layer) {
@@ -221,12 +241,14 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   v.ln1_mean = slice(a.ln1_mean, N), v.ln1_rstd = slice(a.ln1_rstd, N);
   v.ln2_mean = slice(a.ln2_mean, N), v.ln2_rstd = slice(a.ln2_rstd, N);
   v.qkv = slice(a.qkv, N * Q);
-  v.att = slice(a.att, N * C);
+  v.qk_raw = slice(a.qk_raw, N * QK);
+  v.qk_rstd = slice(a.qk_rstd, N * (H + c.kv_heads()));
+  v.att = slice(a.att, N * A);
   v.lse = slice(a.lse, N * H);
   v.gate = slice(a.gate, N * H);
-  v.attg = slice(a.attg, N * C);
+  v.attg = slice(a.attg, N * A);
   v.o = slice(a.o, N * C);
-  v.h = slice(a.h, N * F), v.gelu = slice(a.gelu, N * F);
+  v.h = slice(a.h, N * F1), v.gelu = slice(a.gelu, N * F);
   v.m = slice(a.m, N * C);
   return v;
 }
@@ -236,7 +258,7 @@ AttentionParams Gpt::MakeAttentionParams(int64_t l) const {
   AttentionParams ap;
   ap.mask.causal = c.causal;
   ap.mask.mask_first_key = c.mask_first_key;
-  if (c.attention_window >= 0) ap.mask.window_left = c.attention_window;
+  if (c.layer_window(l) >= 0) ap.mask.window_left = c.layer_window(l);
   ap.mask.n_sink = c.sink_token ? 1 : 0;  // the dedicated sink token stays visible
   if (c.attention_type == AttentionType::kSparse) ap.mask.n_global = c.attention_global;
   ap.softmax = c.softmax;
@@ -250,7 +272,8 @@ AttentionParams Gpt::MakeAttentionParams(int64_t l) const {
 void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   const ModelConfig& c = config_;
   const int64_t N = B * Tm, L = c.n_layer, C = c.d_model, F = c.hidden(), H = c.n_head;
-  const int64_t Q = c.qkv_dim();
+  const int64_t Q = c.qkv_dim(), A = c.attn_dim(), F1 = c.fc_dim();
+  const int64_t Hqk = H + c.kv_heads(), QK = Hqk * c.head_dim();
   B_ = B, Tm_ = Tm, N_ = N;
   if (N <= capacity_) return;
   capacity_ = N;
@@ -264,12 +287,14 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.sum2.Resize(post && c.mlp ? L * N * C : 0);
   for (auto* s : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) s->Resize(L * N);
   a.qkv.Resize(L * N * Q);
-  a.att.Resize(L * N * C);
+  a.qk_raw.Resize(c.qk_norm ? L * N * QK : 0);
+  a.qk_rstd.Resize(c.qk_norm ? L * N * Hqk : 0);
+  a.att.Resize(L * N * A);
   a.lse.Resize(L * N * H);
   a.gate.Resize(c.output_gate ? L * N * H : 0);
-  a.attg.Resize(c.output_gate ? L * N * C : 0);
+  a.attg.Resize(c.output_gate ? L * N * A : 0);
   a.o.Resize(L * N * C);
-  a.h.Resize(c.mlp ? L * N * F : 0);
+  a.h.Resize(c.mlp ? L * N * F1 : 0);
   a.gelu.Resize(c.mlp ? L * N * F : 0);
   a.m.Resize(c.mlp ? L * N * C : 0);
   a.lnf.Resize(pre ? N * C : 0);
@@ -278,15 +303,17 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.losses.Resize(N);
   head_.values.Resize(N * c.vocab_size);
   Gradients& d = d_;
-  for (auto* s : {&d.residual, &d.mid, &d.o, &d.attg, &d.attn_in}) s->Resize(N * C);
+  for (auto* s : {&d.residual, &d.mid, &d.o, &d.attn_in}) s->Resize(N * C);
+  d.attg.Resize(N * A);
+  d.parallel.Resize(c.parallel_residual ? N * C : 0);
   d.lnf_out.Resize(pre ? N * C : 0);
   d.sum2.Resize(post && c.mlp ? N * C : 0);
   d.m.Resize(c.mlp ? N * C : 0);
   d.gelu.Resize(c.mlp ? N * F : 0);
-  d.h.Resize(c.mlp ? N * F : 0);
+  d.h.Resize(c.mlp ? N * F1 : 0);
   d.ln2.Resize(pre && c.mlp ? N * C : 0);
   d.sum1.Resize(post ? N * C : 0);
-  d.att.Resize(c.output_gate ? N * C : 0);
+  d.att.Resize(c.output_gate ? N * A : 0);
   d.gate.Resize(c.output_gate ? N * H : 0);
   d.qkv.Resize(N * Q);
   d.sink.Resize(H);
@@ -396,7 +423,7 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
                                   LayerTensors* seen) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
-  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head;
+  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head, A = c.attn_dim();
   const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
   const LayerParams& lp = params_.ptrs().layers[l];
   const LayerActivations a = Layer(l);
@@ -409,6 +436,7 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     a_in = a.ln1;
   }
   LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
+  if (c.qk_norm) QkNormForward(l);
   QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
   if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
   AttentionTensor k_all = Const(views.k), v_all = Const(views.v);
@@ -431,12 +459,12 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
       for (int64_t h = 0; h < H; ++h) {
         float& gv = g[n * H + h];
         gv = 1.0f / (1.0f + std::exp(-gv));
-        for (int64_t d = 0; d < hd; ++d) a.attg[n * C + h * hd + d] = gv * a.att[n * C + h * hd + d];
+        for (int64_t d = 0; d < hd; ++d) a.attg[n * A + h * hd + d] = gv * a.att[n * A + h * hd + d];
       }
     });
     attg = a.attg;
   }
-  LinearForward(N, C, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
+  LinearForward(N, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
   ResidualForward(norm, AttentionResidual(c, lp, a));
 
   seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
@@ -503,14 +531,78 @@ void Gpt::MlpBlockForward(int64_t l) {
   const Norm norm{c, N, tp};
   const bool pre = c.norm == NormPlacement::kPre;
   const float* m_in = a.mid;
-  if (pre) {
-    norm.Forward(a.mid, lp.ln2_w, lp.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+  if (pre) {  // parallel residual (GPT-NeoX): the MLP reads the layer's input, not mid
+    norm.Forward(c.parallel_residual ? a.x : a.mid, lp.ln2_w, lp.ln2_b, a.ln2, a.ln2_mean,
+                 a.ln2_rstd);
     m_in = a.ln2;
   }
-  LinearForward(N, C, F, m_in, lp.fc_w, lp.fc_b, a.h, &tp);
-  internal::GeluForward(N * F, a.h, a.gelu, &tp);
+  LinearForward(N, C, c.fc_dim(), m_in, lp.fc_w, lp.fc_b, a.h, &tp);
+  switch (c.mlp_activation) {
+    case MlpActivation::kGeluTanh: internal::GeluForward(N * F, a.h, a.gelu, &tp); break;
+    case MlpActivation::kGeluErf: internal::GeluErfForward(N * F, a.h, a.gelu, &tp); break;
+    case MlpActivation::kSwiGlu: internal::SwigluForward(N, F, a.h, a.gelu, &tp); break;
+  }
   LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
   ResidualForward(norm, MlpResidual(c, lp, a));
+}
+
+// Qwen3's per-head RMSNorm of q and k (qk_norm), in place on layer l's qkv before RoPE: each
+// of the H query and Hkv key head vectors of a row (contiguous: q | k lead the row) becomes
+// x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), w = q_norm or k_norm ([hd]). The raw vectors
+// and rstd are kept for the backward.
+void Gpt::QkNormForward(int64_t l) {
+  const ModelConfig& c = config_;
+  const int64_t N = N_, H = c.n_head, Hqk = H + c.kv_heads(), hd = c.head_dim();
+  const int64_t Q = c.qkv_dim();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const LayerActivations a = Layer(l);
+  pool()->ParallelFor(N, [&](int64_t n, int) {
+    float* row = a.qkv + n * Q;
+    std::memcpy(a.qk_raw + n * Hqk * hd, row, sizeof(float) * Hqk * hd);
+    for (int64_t h = 0; h < Hqk; ++h) {
+      float* x = row + h * hd;
+      const float* w = h < H ? lp.q_norm : lp.k_norm;
+      float ss = 0;
+      for (int64_t e = 0; e < hd; ++e) ss += x[e] * x[e];
+      const float r = 1.0f / std::sqrt(ss / static_cast<float>(hd) + c.norm_eps);
+      a.qk_rstd[n * Hqk + h] = r;
+      for (int64_t e = 0; e < hd; ++e) x[e] = x[e] * r * w[e];
+    }
+  });
+}
+
+// Its reverse, in place on d_.qkv's q | k part (gradients w.r.t. the normalised vectors on entry,
+// w.r.t. the raw ones on exit): with xhat = x r and g = w * dy, dx = r (g - xhat mean(xhat g)),
+// dw += sum over rows of dy * xhat (rows in order: deterministic).
+void Gpt::QkNormBackward(int64_t l) {
+  const ModelConfig& c = config_;
+  const int64_t N = N_, H = c.n_head, Hqk = H + c.kv_heads(), hd = c.head_dim();
+  const int64_t Q = c.qkv_dim();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const LayerParams& lg = grads_.ptrs().layers[l];
+  const LayerActivations a = Layer(l);
+  float* dq = d_.qkv.data();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < Hqk; ++h) {
+      const float* x = a.qk_raw + (n * Hqk + h) * hd;
+      const float* dy = dq + n * Q + h * hd;
+      const float r = a.qk_rstd[n * Hqk + h];
+      float* dw = h < H ? lg.q_norm : lg.k_norm;
+      for (int64_t e = 0; e < hd; ++e) dw[e] += dy[e] * x[e] * r;
+    }
+  }
+  pool()->ParallelFor(N, [&](int64_t n, int) {
+    for (int64_t h = 0; h < Hqk; ++h) {
+      const float* x = a.qk_raw + (n * Hqk + h) * hd;
+      float* dy = dq + n * Q + h * hd;
+      const float r = a.qk_rstd[n * Hqk + h];
+      const float* w = h < H ? lp.q_norm : lp.k_norm;
+      float dot = 0;
+      for (int64_t e = 0; e < hd; ++e) dot += x[e] * r * w[e] * dy[e];
+      dot /= static_cast<float>(hd);
+      for (int64_t e = 0; e < hd; ++e) dy[e] = r * (w[e] * dy[e] - x[e] * r * dot);
+    }
+  });
 }
 
 // logits = LN_f(x_L) W_head^T (W_head is [V, C]); with targets, the probabilities (in place)
@@ -629,18 +721,35 @@ void Gpt::MlpBlockBackward(int64_t l) {
   float* dmid = d.mid.data();
   ResidualBackward(norm, MlpResidual(c, lp, a), d.residual.data(), d.sum2, lg.ln2_w, lg.ln2_b,
                    lg.rezero ? lg.rezero + 1 : nullptr, dm, dmid);
-  // m = gelu(h) W_proj + b; gelu = GELU(h); h = m_in W_fc + b.
+  // m = act(h) W_proj + b; act = GELU(h) or SwiGLU(h); h = m_in W_fc + b.
+  const int64_t F1 = c.fc_dim();
   ZeroFill(d.gelu, N * F);
   LinearBackward(N, F, C, a.gelu, lp.fcproj_w, dm, d.gelu.data(), lg.fcproj_w, lg.fcproj_b, &tp);
-  ZeroFill(d.h, N * F);
-  internal::GeluBackward(N * F, a.h, d.gelu.data(), d.h.data(), &tp);
-  if (pre) {  // m_in = LN2(mid): d_mid += LN2^T d_m_in
+  ZeroFill(d.h, N * F1);
+  switch (c.mlp_activation) {
+    case MlpActivation::kGeluTanh:
+      internal::GeluBackward(N * F, a.h, d.gelu.data(), d.h.data(), &tp);
+      break;
+    case MlpActivation::kGeluErf:
+      internal::GeluErfBackward(N * F, a.h, d.gelu.data(), d.h.data(), &tp);
+      break;
+    case MlpActivation::kSwiGlu:
+      internal::SwigluBackward(N, F, a.h, d.gelu.data(), d.h.data(), &tp);
+      break;
+  }
+  if (pre) {  // m_in = LN2(mid): d_mid += LN2^T d_m_in (parallel residual: LN2(x), d.parallel)
     ZeroFill(d.ln2, N * C);
-    LinearBackward(N, C, F, a.ln2, lp.fc_w, d.h.data(), d.ln2.data(), lg.fc_w, lg.fc_b, &tp);
-    norm.Backward(d.ln2.data(), a.mid, lp.ln2_w, a.ln2_mean, a.ln2_rstd, dmid, lg.ln2_w,
+    LinearBackward(N, C, F1, a.ln2, lp.fc_w, d.h.data(), d.ln2.data(), lg.fc_w, lg.fc_b, &tp);
+    const float* m_src = a.mid;
+    float* d_src = dmid;
+    if (c.parallel_residual) {
+      ZeroFill(d.parallel, N * C);
+      m_src = a.x, d_src = d.parallel.data();
+    }
+    norm.Backward(d.ln2.data(), m_src, lp.ln2_w, a.ln2_mean, a.ln2_rstd, d_src, lg.ln2_w,
                   lg.ln2_b);
   } else {  // m_in = mid
-    LinearBackward(N, C, F, a.mid, lp.fc_w, d.h.data(), dmid, lg.fc_w, lg.fc_b, &tp);
+    LinearBackward(N, C, F1, a.mid, lp.fc_w, d.h.data(), dmid, lg.fc_w, lg.fc_b, &tp);
   }
 }
 
@@ -650,7 +759,7 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
                                    const AuxiliaryGradients* aux) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
-  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head;
+  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head, A = c.attn_dim();
   const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
   const LayerParams& lp = params_.ptrs().layers[l];
   const LayerParams& lg = grads_.ptrs().layers[l];
@@ -666,8 +775,8 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
   // o = attg W_proj + b.
   const float* attg = c.output_gate ? a.attg : a.att;
   float* d_attg = d.attg.data();
-  ZeroFill(d.attg, N * C);
-  LinearBackward(N, C, C, attg, lp.proj_w, d_o, d_attg, lg.proj_w, lg.proj_b, &tp);
+  ZeroFill(d.attg, N * A);
+  LinearBackward(N, A, C, attg, lp.proj_w, d_o, d_attg, lg.proj_w, lg.proj_b, &tp);
   const float* a_in = pre ? a.ln1 : a.x;
   float* d_ain = d.attn_in.data();
   ZeroFill(d.attn_in, N * C);
@@ -682,7 +791,7 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
         const float gv = a.gate[n * H + h];
         float dg = 0;
         for (int64_t e = 0; e < hd; ++e) {
-          const int64_t i = n * C + h * hd + e;
+          const int64_t i = n * A + h * hd + e;
           dg += d_attg[i] * a.att[i];
           d_att[i] = gv * d_attg[i];
         }
@@ -691,7 +800,7 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
     });
     LinearBackward(N, C, H, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
   }
-  if (aux && aux->attention) AddScaled(N, C, aux->attention + l * N * C, grad_scale, d_att, tp);
+  if (aux && aux->attention) AddScaled(N, A, aux->attention + l * N * A, grad_scale, d_att, tp);
   // Attention core: dq, dk, dv into d.qkv (the interleaved layout of qkv).
   QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
   QkvViews dviews = MakeQkvViews(d.qkv.data(), B, Tm, H, Hkv, hd);
@@ -719,6 +828,7 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
     ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.q, B, H, Tm, positions_));
     ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.k, B, Hkv, Tm, positions_));
   }
+  if (c.qk_norm) QkNormBackward(l);
   // qkv = a_in W_qkv + b.
   LinearBackward(N, C, Q, a_in, lp.qkv_w, d.qkv.data(), d_ain, lg.qkv_w, lg.qkv_b, &tp);
   if (pre) {  // a_in = LN1(x): dx += LN1^T d_ain
@@ -727,6 +837,9 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
     tp.ParallelFor(N, [&](int64_t n, int) {
       for (int64_t i = n * C; i < (n + 1) * C; ++i) dx[i] += d_ain[i];
     });
+  }
+  if (c.parallel_residual) {  // the MLP's branch read x too (MlpBlockBackward)
+    AddScaled(N, C, d.parallel.data(), 1.0f, dx, tp);
   }
   if (aux && aux->residual) {  // dA/d residual(l)
     AddScaled(N, C, aux->residual + l * N * C, grad_scale, dx, tp);
@@ -766,6 +879,7 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
         "Forward again");
   }
   if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
+  EnsureGradients();
   const ModelConfig& c = config_;
   const int64_t N = N_, C = c.d_model, L = c.n_layer;
   if (!HeadBackward(grad_scale, aux)) return Status::Ok();

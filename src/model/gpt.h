@@ -35,7 +35,8 @@ struct LayerTensors {
   const float* attn_in = nullptr;         // [N, C] input of the attention (after pre-LN)
   const float* qkv = nullptr;             // [N, Q] q | k | v of the new tokens (q after RoPE)
   AttentionTensor k_all, v_all;           // [batch, Hkv, len_k, hd], keys after RoPE
-  const float* attn_out = nullptr;        // [N, C] per-head attention outputs (before the gate)
+  const float* attn_out = nullptr;        // [N, A] per-head attention outputs (before the gate),
+                                          // A = attn_dim() = H * hd (= C unless head_size)
   const float* lse = nullptr;             // [B, H, Tm] row log-sum-exp (see attention.h)
   const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
   const AttentionParams* attention = nullptr;  // the mask and softmax the layer used
@@ -51,18 +52,26 @@ class ForwardObserver {
 // its grad_scale, where the chain rule meets those activations. Null members: none.
 struct AuxiliaryGradients {
   const float* residual = nullptr;   // [L + 1, N, C] dA/d residual(l), l = 0 .. L
-  const float* attention = nullptr;  // [L, N, C] dA/d attention_output(l)
+  const float* attention = nullptr;  // [L, N, A] dA/d attention_output(l), A = attn_dim()
 };
 
 class Gpt {
  public:
   // Allocates parameters (zero) and gradients for a validated config.
   static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config);
+  // The same with the given parameters, moved in (a loaded model's weights are not held twice).
+  // InvalidArgument unless `params` has exactly ParameterLayout(config).
+  static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config, ParameterStore&& params);
 
   const ModelConfig& config() const { return config_; }
   ParameterStore& params() { return params_; }
   const ParameterStore& params() const { return params_; }
-  ParameterStore& grads() { return grads_; }
+  // Gradients, allocated on first use (inference never pays for a second copy of the weights).
+  ParameterStore& grads() {
+    EnsureGradients();
+    return grads_;
+  }
+
   const RopeTable* rope() const { return rope_.get(); }
 
   void set_pool(ThreadPool* pool) { pool_ = pool; }
@@ -93,9 +102,9 @@ class Gpt {
   int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
   // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
   const float* residual(int64_t l) const { return acts_.res.data() + l * N_ * config_.d_model; }
-  // Per-head attention outputs of layer l ([N, H, hd] = [N, C], before the output gate).
+  // Per-head attention outputs of layer l ([N, H, hd] = [N, A], before the output gate).
   const float* attention_output(int64_t l) const {
-    return acts_.att.data() + l * N_ * config_.d_model;
+    return acts_.att.data() + l * N_ * config_.attn_dim();
   }
 
  private:
@@ -109,16 +118,20 @@ class Gpt {
     float *sum1, *sum2; // [N, C] post-LN pre-norm sums
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;  // [N]
     float* qkv;         // [N, Q]
-    float* att;         // [N, C] per-head attention output
+    float* qk_raw;      // [N, H + Hkv, hd] q and k before qk_norm (qk_norm only)
+    float* qk_rstd;     // [N, H + Hkv] their RMSNorm statistics
+    float* att;         // [N, A] per-head attention output
     float* lse;         // [B, H, Tm]
     float* gate;        // [N, H] output gate sigmoid
-    float* attg;        // [N, C] gated attention output
+    float* attg;        // [N, A] gated attention output
     float* o;           // [N, C] attention projection output
-    float *h, *gelu;    // [N, F]
+    float *h, *gelu;    // [N, F1] (F1 = fc_dim(): 2F with SwiGLU), [N, F] the activation
     float* m;           // [N, C] MLP output
   };
 
-  explicit Gpt(const ModelConfig& config);
+  Gpt(const ModelConfig& config, ParameterStore&& params);
+  Status Init();  // the RoPE table
+  void EnsureGradients();
   void EnsureActivations(int64_t B, int64_t Tm);
   ThreadPool* pool() const;
   LayerActivations Layer(int64_t l);
@@ -137,11 +150,13 @@ class Gpt {
   Status AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                               const AttentionShape& shape, const AttentionTensor& q,
                               const AttentionTensor& k_all, const AttentionTensor& v_all);
+  void QkNormForward(int64_t l);
   void MlpBlockForward(int64_t l);
   void HeadForward(const int32_t* targets, double* loss);
   // Backward, the same steps in reverse. HeadBackward returns false when no gradient flows.
   bool HeadBackward(float grad_scale, const AuxiliaryGradients* aux);
   void MlpBlockBackward(int64_t l);
+  void QkNormBackward(int64_t l);
   Status AttentionBlockBackward(int64_t l, const AttentionParams& ap, float grad_scale,
                                 const AuxiliaryGradients* aux);
   void EmbedBackward();
@@ -165,12 +180,14 @@ class Gpt {
     AlignedBuffer<float> sum1, sum2; // [L, N, C] pre-norm sums (post-LN)
     AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [L, N]
     AlignedBuffer<float> qkv;        // [L, N, Q]
-    AlignedBuffer<float> att;        // [L, N, C]
+    AlignedBuffer<float> qk_raw;     // [L, N, (H + Hkv) hd] (qk_norm)
+    AlignedBuffer<float> qk_rstd;    // [L, N, H + Hkv] (qk_norm)
+    AlignedBuffer<float> att;        // [L, N, A]
     AlignedBuffer<float> lse;        // [L, B, H, Tm]
     AlignedBuffer<float> gate;       // [L, N, H] sigmoid outputs
-    AlignedBuffer<float> attg;       // [L, N, C] gated attention output
+    AlignedBuffer<float> attg;       // [L, N, A] gated attention output
     AlignedBuffer<float> o;          // [L, N, C] attention projection output
-    AlignedBuffer<float> h, gelu;    // [L, N, F]
+    AlignedBuffer<float> h, gelu;    // [L, N, F1], [L, N, F]
     AlignedBuffer<float> m;          // [L, N, C] MLP output
     AlignedBuffer<float> lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
     AlignedBuffer<float> losses;     // [N]
@@ -193,13 +210,15 @@ class Gpt {
     AlignedBuffer<float> lnf_out;   // [N, C] ln_f's output (pre-LN)
     AlignedBuffer<float> sum2;      // [N, C] the MLP's pre-norm sum (post-LN)
     AlignedBuffer<float> m;         // [N, C] the MLP output
-    AlignedBuffer<float> gelu, h;   // [N, F] the MLP's activations after and before GELU
+    AlignedBuffer<float> gelu, h;   // [N, F], [N, F1] the MLP's activations after and before
+                                    // the activation function
     AlignedBuffer<float> ln2;       // [N, C] the MLP's normalised input (pre-LN)
     AlignedBuffer<float> mid;       // [N, C] the stream after the attention sublayer
     AlignedBuffer<float> sum1;      // [N, C] the attention's pre-norm sum (post-LN)
     AlignedBuffer<float> o;         // [N, C] the attention projection output
-    AlignedBuffer<float> attg;      // [N, C] the projection's input (gated attention output)
-    AlignedBuffer<float> att;       // [N, C] the attention output before the gate (gate only;
+    AlignedBuffer<float> attg;      // [N, A] the projection's input (gated attention output)
+    AlignedBuffer<float> parallel;  // [N, C] the MLP branch's dL/dx (parallel residual only)
+    AlignedBuffer<float> att;       // [N, A] the attention output before the gate (gate only;
                                     // without a gate attg is att and d attg serves)
     AlignedBuffer<float> gate;      // [N, H] the gate's pre-sigmoid logits
     AlignedBuffer<float> qkv;       // [N, Q] q | k | v (q and k after RoPE)

@@ -72,6 +72,32 @@ std::vector<Variant> Variants() {
          c.softmax = SoftmaxKind::kSoftmax1;
        }},
       {"untied_no_bias", [](ModelConfig& c) { c.tie_embeddings = false, c.bias = false; }},
+      // Released decoder families' options (hf_decoder.h maps config.json onto them).
+      {"swiglu_qkv_bias_llama_like",
+       [](ModelConfig& c) {
+         c.mlp_activation = MlpActivation::kSwiGlu, c.bias = false, c.qkv_bias = true;
+         c.norm_type = NormType::kRmsNorm, c.n_kv_head = 2, c.tie_embeddings = false;
+       }},
+      {"gelu_erf_parallel_residual_neox_like",
+       [](ModelConfig& c) {
+         c.mlp_activation = MlpActivation::kGeluErf, c.parallel_residual = true;
+         c.rotary_dim = 2;
+       }},
+      {"qk_norm_head_size_qwen3_like",
+       [](ModelConfig& c) {
+         c.qk_norm = true, c.head_size = 6, c.n_kv_head = 2, c.norm_type = NormType::kRmsNorm;
+         c.mlp_activation = MlpActivation::kSwiGlu, c.bias = false;
+       }},
+      {"window_layers_sink_logit_gptoss_like",
+       [](ModelConfig& c) {
+         c.attention_window = 2, c.window_layers = "wf", c.softmax = SoftmaxKind::kSinkLogit;
+         c.rope_scaling = RopeScaling::kYarnHf, c.rope_factor = 2.0, c.rope_original_context = 8;
+       }},
+      {"llama3_rope",
+       [](ModelConfig& c) {
+         c.rope_scaling = RopeScaling::kLlama3, c.rope_factor = 4.0, c.rope_original_context = 8;
+         c.rope_base = 100.0;
+       }},
   };
 }
 

@@ -24,7 +24,9 @@ constexpr EnumNames<RopeLayout> kRopeLayoutNames[] = {{RopeLayout::kNeox, "neox"
 constexpr EnumNames<RopeScaling> kRopeScalingNames[] = {{RopeScaling::kNone, "none"},
                                                         {RopeScaling::kLinear, "linear"},
                                                         {RopeScaling::kNtk, "ntk"},
-                                                        {RopeScaling::kYarn, "yarn"}};
+                                                        {RopeScaling::kYarn, "yarn"},
+                                                        {RopeScaling::kYarnHf, "yarn_hf"},
+                                                        {RopeScaling::kLlama3, "llama3"}};
 constexpr EnumNames<NormPlacement> kNormNames[] = {
     {NormPlacement::kPre, "pre"}, {NormPlacement::kPost, "post"}, {NormPlacement::kNone, "none"}};
 constexpr EnumNames<NormType> kNormTypeNames[] = {{NormType::kLayerNorm, "layernorm"},
@@ -37,6 +39,11 @@ constexpr EnumNames<SoftmaxKind> kSoftmaxNames[] = {{SoftmaxKind::kStandard, "st
                                                     {SoftmaxKind::kSoftmax1, "softmax1"},
                                                     {SoftmaxKind::kSinkLogit, "sink_logit"},
                                                     {SoftmaxKind::kSigmoid, "sigmoid"}};
+
+constexpr EnumNames<MlpActivation> kMlpActivationNames[] = {
+    {MlpActivation::kGeluTanh, "gelu_tanh"},
+    {MlpActivation::kGeluErf, "gelu_erf"},
+    {MlpActivation::kSwiGlu, "swiglu"}};
 
 constexpr EnumNames<AttentionType> kAttentionTypeNames[] = {{AttentionType::kSoftmax, "softmax"},
                                                             {AttentionType::kLinear, "linear"},
@@ -167,7 +174,56 @@ Status ValidateAttentionType(const ModelConfig& c) {
   return Status::Ok();
 }
 
+// The options that describe released decoder families (Llama, Qwen, GPT-NeoX, gpt-oss).
+Status ValidateDecoderOptions(const ModelConfig& c) {
+  if (c.parallel_residual &&
+      (c.norm != NormPlacement::kPre || !c.residual || !c.mlp ||
+       c.residual_scale == ResidualScale::kReZero)) {
+    return Status::InvalidArgument(
+        "parallel_residual (x + attn(LN1(x)) + mlp(LN2(x)), GPT-NeoX) needs norm = pre, "
+        "residual = true, mlp = true and no ReZero");
+  }
+  if (c.qk_norm && c.attention_type == AttentionType::kLinear) {
+    return Status::InvalidArgument("qk_norm is for softmax attention, not attention_type linear");
+  }
+  if (!c.window_layers.empty()) {
+    if (static_cast<int64_t>(c.window_layers.size()) != c.n_layer) {
+      return Status::InvalidArgument("window_layers has " + std::to_string(c.window_layers.size()) +
+                                     " characters; it needs one per layer (n_layer = " +
+                                     std::to_string(c.n_layer) + ")");
+    }
+    for (char ch : c.window_layers) {
+      if (ch != 'w' && ch != 'f') {
+        return Status::InvalidArgument(
+            "window_layers may hold only 'w' (windowed layer) and 'f' (full causal layer)");
+      }
+    }
+    if (c.attention_window < 0) {
+      return Status::InvalidArgument("window_layers needs attention_window >= 0 (the window)");
+    }
+    if (c.attention_type == AttentionType::kSparse) {
+      return Status::InvalidArgument("window_layers cannot be combined with attention_type sparse");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+RopeConfig MakeRopeConfig(const ModelConfig& c) {
+  RopeConfig rc;
+  rc.head_dim = c.head_dim();
+  rc.rotary_dim = c.rotary_dim == 0 ? c.head_dim() : c.rotary_dim;
+  rc.base = c.rope_base;
+  rc.layout = c.rope_layout;
+  rc.scaling = c.rope_scaling;
+  rc.factor = c.rope_factor;
+  rc.original_context = c.rope_original_context > 0 ? c.rope_original_context : c.context;
+  rc.attention_factor = c.rope_attention_factor;
+  rc.low_freq_factor = c.rope_low_freq_factor;
+  rc.high_freq_factor = c.rope_high_freq_factor;
+  return rc;
+}
 
 Status ValidateModelConfig(const ModelConfig& c) {
   ATTNLAB_RETURN_IF_ERROR(Range("vocab_size", c.vocab_size, 2, 1 << 24));
@@ -177,7 +233,8 @@ Status ValidateModelConfig(const ModelConfig& c) {
   ATTNLAB_RETURN_IF_ERROR(Range("n_head", c.n_head, 1, c.d_model));
   ATTNLAB_RETURN_IF_ERROR(Range("n_kv_head", c.n_kv_head, 0, c.n_head));
   ATTNLAB_RETURN_IF_ERROR(Range("mlp_hidden", c.mlp_hidden, 0, 1 << 20));
-  if (c.d_model % c.n_head != 0) {
+  ATTNLAB_RETURN_IF_ERROR(Range("head_size", c.head_size, 0, 1 << 12));
+  if (c.head_size == 0 && c.d_model % c.n_head != 0) {
     return Status::InvalidArgument("d_model (" + std::to_string(c.d_model) +
                                    ") must be a multiple of n_head (" + std::to_string(c.n_head) + ")");
   }
@@ -201,14 +258,7 @@ Status ValidateModelConfig(const ModelConfig& c) {
                                      std::to_string(c.rope_factor));
     }
     ATTNLAB_RETURN_IF_ERROR(Range("rope_original_context", c.rope_original_context, 0, 1 << 20));
-    RopeConfig rc;
-    rc.head_dim = c.head_dim();
-    rc.rotary_dim = rot;
-    rc.base = c.rope_base;
-    rc.layout = c.rope_layout;
-    rc.scaling = c.rope_scaling;
-    rc.factor = c.rope_factor;
-    rc.original_context = c.rope_original_context > 0 ? c.rope_original_context : c.context;
+    const RopeConfig rc = MakeRopeConfig(c);
     ATTNLAB_RETURN_IF_ERROR(ValidateRope(rc));
     const int64_t table = c.max_positions() * static_cast<int64_t>(c.rope_factor) * rot;
     if (table > (int64_t{1} << 31)) {
@@ -232,6 +282,7 @@ Status ValidateModelConfig(const ModelConfig& c) {
         "residual_scale deepnorm needs norm = post (DeepNorm is x = LN(alpha x + f(x)))");
   }
   ATTNLAB_RETURN_IF_ERROR(ValidateAttentionType(c));
+  ATTNLAB_RETURN_IF_ERROR(ValidateDecoderOptions(c));
   if (!c.causal && c.attention_window >= 0) {
     return Status::InvalidArgument("causal = false (bidirectional) takes no attention_window");
   }
@@ -246,10 +297,14 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["n_layer"] = c.n_layer;
   j["n_head"] = c.n_head;
   j["n_kv_head"] = c.n_kv_head;
+  j["head_size"] = c.head_size;
   j["mlp_hidden"] = c.mlp_hidden;
   j["mlp"] = c.mlp;
   j["residual"] = c.residual;
   j["bias"] = c.bias;
+  j["qkv_bias"] = c.qkv_bias;
+  j["mlp_activation"] = NameOf(kMlpActivationNames, c.mlp_activation);
+  j["parallel_residual"] = c.parallel_residual;
   j["tie_embeddings"] = c.tie_embeddings;
   j["position"] = NameOf(kPositionNames, c.position);
   j["rope_layout"] = NameOf(kRopeLayoutNames, c.rope_layout);
@@ -267,8 +322,13 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["sigmoid_bias"] = c.sigmoid_bias;
   j["output_gate"] = c.output_gate;
   j["mask_first_key"] = c.mask_first_key;
+  j["qk_norm"] = c.qk_norm;
   j["sink_token"] = c.sink_token;
   j["attention_window"] = c.attention_window;
+  j["window_layers"] = c.window_layers;
+  j["rope_low_freq_factor"] = c.rope_low_freq_factor;
+  j["rope_high_freq_factor"] = c.rope_high_freq_factor;
+  j["rope_attention_factor"] = c.rope_attention_factor;
   j["attention_type"] = NameOf(kAttentionTypeNames, c.attention_type);
   j["attention_global"] = c.attention_global;
   j["init_std"] = c.init_std;
@@ -292,10 +352,14 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "n_layer") st = ParseInt(v, key, &c.n_layer);
     else if (k == "n_head") st = ParseInt(v, key, &c.n_head);
     else if (k == "n_kv_head") st = ParseInt(v, key, &c.n_kv_head);
+    else if (k == "head_size") st = ParseInt(v, key, &c.head_size);
     else if (k == "mlp_hidden") st = ParseInt(v, key, &c.mlp_hidden);
     else if (k == "mlp") st = ParseBool(v, key, &c.mlp);
     else if (k == "residual") st = ParseBool(v, key, &c.residual);
     else if (k == "bias") st = ParseBool(v, key, &c.bias);
+    else if (k == "qkv_bias") st = ParseBool(v, key, &c.qkv_bias);
+    else if (k == "mlp_activation") st = ParseEnum(kMlpActivationNames, v, key, &c.mlp_activation);
+    else if (k == "parallel_residual") st = ParseBool(v, key, &c.parallel_residual);
     else if (k == "tie_embeddings") st = ParseBool(v, key, &c.tie_embeddings);
     else if (k == "position") st = ParseEnum(kPositionNames, v, key, &c.position);
     else if (k == "rope_layout") st = ParseEnum(kRopeLayoutNames, v, key, &c.rope_layout);
@@ -313,8 +377,17 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "sigmoid_bias") st = ParseFloat(v, key, &c.sigmoid_bias);
     else if (k == "output_gate") st = ParseBool(v, key, &c.output_gate);
     else if (k == "mask_first_key") st = ParseBool(v, key, &c.mask_first_key);
+    else if (k == "qk_norm") st = ParseBool(v, key, &c.qk_norm);
     else if (k == "sink_token") st = ParseBool(v, key, &c.sink_token);
     else if (k == "attention_window") st = ParseInt(v, key, &c.attention_window);
+    else if (k == "window_layers") {
+      if (!v.is_string()) st = Status::InvalidArgument("config key 'window_layers' must be a string");
+      else if (v.get<std::string>().size() > 4096) st = Status::InvalidArgument("config key 'window_layers' is too long");
+      else c.window_layers = v.get<std::string>();
+    }
+    else if (k == "rope_low_freq_factor") st = ParseFloat(v, key, &c.rope_low_freq_factor);
+    else if (k == "rope_high_freq_factor") st = ParseFloat(v, key, &c.rope_high_freq_factor);
+    else if (k == "rope_attention_factor") st = ParseFloat(v, key, &c.rope_attention_factor);
     else if (k == "attention_type") st = ParseEnum(kAttentionTypeNames, v, key, &c.attention_type);
     else if (k == "attention_global") st = ParseInt(v, key, &c.attention_global);
     else if (k == "init_std") st = ParseFloat(v, key, &c.init_std);

@@ -8,6 +8,7 @@ namespace attnlab {
 std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
   std::vector<ParamInfo> out;
   const int64_t C = c.d_model, F = c.hidden(), H = c.n_head, Q = c.qkv_dim(), V = c.vocab_size;
+  const int64_t A = c.attn_dim(), F1 = c.fc_dim(), hd = c.head_dim();
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay, ParamInit init) {
     ParamInfo p;
     p.name = std::move(name);
@@ -29,8 +30,12 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
       if (ln_bias) add(h + "ln1.bias", {C}, false, ParamInit::kZeros);
     }
     add(h + "attn.qkv.weight", {C, Q}, true, ParamInit::kNormal);
-    if (c.bias) add(h + "attn.qkv.bias", {Q}, false, ParamInit::kZeros);
-    add(h + "attn.proj.weight", {C, C}, true, ParamInit::kNormalResidual);
+    if (c.has_qkv_bias()) add(h + "attn.qkv.bias", {Q}, false, ParamInit::kZeros);
+    if (c.qk_norm) {
+      add(h + "attn.q_norm", {hd}, false, ParamInit::kOnes);
+      add(h + "attn.k_norm", {hd}, false, ParamInit::kOnes);
+    }
+    add(h + "attn.proj.weight", {A, C}, true, ParamInit::kNormalResidual);
     if (c.bias) add(h + "attn.proj.bias", {C}, false, ParamInit::kZeros);
     if (c.output_gate) {
       add(h + "attn.gate.weight", {C, H}, true, ParamInit::kNormal);
@@ -42,8 +47,8 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
         add(h + "ln2.weight", {C}, false, ParamInit::kOnes);
         if (ln_bias) add(h + "ln2.bias", {C}, false, ParamInit::kZeros);
       }
-      add(h + "mlp.fc.weight", {C, F}, true, ParamInit::kNormal);
-      if (c.bias) add(h + "mlp.fc.bias", {F}, false, ParamInit::kZeros);
+      add(h + "mlp.fc.weight", {C, F1}, true, ParamInit::kNormal);
+      if (c.bias) add(h + "mlp.fc.bias", {F1}, false, ParamInit::kZeros);
       add(h + "mlp.proj.weight", {F, C}, true, ParamInit::kNormalResidual);
       if (c.bias) add(h + "mlp.proj.bias", {C}, false, ParamInit::kZeros);
     }
@@ -103,6 +108,8 @@ void ParameterStore::BindPointers(const ModelConfig& c) {
     p.ln1_b = get(h + "ln1.bias");
     p.qkv_w = get(h + "attn.qkv.weight");
     p.qkv_b = get(h + "attn.qkv.bias");
+    p.q_norm = get(h + "attn.q_norm");
+    p.k_norm = get(h + "attn.k_norm");
     p.proj_w = get(h + "attn.proj.weight");
     p.proj_b = get(h + "attn.proj.bias");
     p.gate_w = get(h + "attn.gate.weight");

@@ -10,11 +10,13 @@
 //   sink_token [C]                 dedicated sink token only
 //   h.{l}.ln1.weight [C], h.{l}.ln1.bias [C]          norm != none (bias: LayerNorm with bias)
 //   h.{l}.attn.qkv.weight [C, Q], .bias [Q]          Q = (H + 2 H_kv) * head_dim: q | k | v
-//   h.{l}.attn.proj.weight [C, C], .bias [C]
+//                                                     (bias: bias or qkv_bias)
+//   h.{l}.attn.q_norm [hd], h.{l}.attn.k_norm [hd]    qk_norm only
+//   h.{l}.attn.proj.weight [A, C], .bias [C]          A = attn_dim() = H * head_dim
 //   h.{l}.attn.gate.weight [C, H], .bias [H]         output gate only
 //   h.{l}.attn.sink [H]                               softmax == sink_logit only
 //   h.{l}.ln2.weight [C], h.{l}.ln2.bias [C]          mlp and norm != none
-//   h.{l}.mlp.fc.weight [C, F], .bias [F]             mlp only
+//   h.{l}.mlp.fc.weight [C, F1], .bias [F1]           mlp only; F1 = 2F for SwiGLU (gate | up)
 //   h.{l}.mlp.proj.weight [F, C], .bias [C]           mlp only
 //   h.{l}.rezero [2]                                  ReZero: alpha for attention and MLP
 //   ln_f.weight [C], ln_f.bias [C]                    pre-LN only
@@ -47,6 +49,7 @@ struct ParamInfo {
 struct LayerParams {
   float *ln1_w = nullptr, *ln1_b = nullptr;
   float *qkv_w = nullptr, *qkv_b = nullptr;
+  float *q_norm = nullptr, *k_norm = nullptr;
   float *proj_w = nullptr, *proj_b = nullptr;
   float *gate_w = nullptr, *gate_b = nullptr;
   float* sink = nullptr;

@@ -142,6 +142,7 @@ template double InfoNceLoss<double>(const double*, const double*, int64_t, int64
 Status AuxiliaryLosses::Compute(const Gpt& model) {
   const ModelConfig& c = model.config();
   const int64_t L = c.n_layer, C = c.d_model, H = c.n_head, hd = c.head_dim();
+  const int64_t A = c.attn_dim();  // the attention output's width (H * hd)
   const int64_t B = model.last_batch(), Tm = model.last_len(), N = B * Tm;
   if (N < 1) return Status::InvalidArgument("auxiliary losses need a Forward first");
   if (!(options_.temperature > 0)) return Status::InvalidArgument("temperature must be > 0");
@@ -150,7 +151,7 @@ Status AuxiliaryLosses::Compute(const Gpt& model) {
   grads_ = AuxiliaryGradients();
   // Head diversity: tasks are (layer, block of rows); partial sums reduced in task order.
   if (options_.diversity_weight != 0 && H >= 2) {
-    d_att_.assign(L * N * C, 0.0f);
+    d_att_.assign(L * N * A, 0.0f);
     const int64_t block = 64, nb = (N + block - 1) / block;
     std::vector<double> part(L * nb, 0.0);
     // D = 1/L sum_l D_l, D_l = 1/N sum_n (row term): each block's HeadCosineLoss averages over
@@ -158,9 +159,9 @@ Status AuxiliaryLosses::Compute(const Gpt& model) {
     tp.ParallelFor(L * nb, [&](int64_t task, int) {
       const int64_t l = task / nb, b = task % nb, n0 = b * block, n1 = std::min(N, n0 + block);
       const double share = double(n1 - n0) / N / L;
-      const float* att = model.attention_output(l) + n0 * C;
-      float* g = d_att_.data() + l * N * C + n0 * C;
-      part[task] = share * HeadCosineLoss(att, n1 - n0, H, hd, C, g,
+      const float* att = model.attention_output(l) + n0 * A;
+      float* g = d_att_.data() + l * N * A + n0 * A;
+      part[task] = share * HeadCosineLoss(att, n1 - n0, H, hd, A, g,
                                           options_.diversity_weight * share);
     });
     for (double p : part) diversity_ += p;
