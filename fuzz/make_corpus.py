@@ -316,6 +316,92 @@ def bpe_vocab_seeds():
     put(t, "duplicate-key", text[:-1] + ', "version": 1}')
 
 
+def hf_sentencepiece(metaspace=False):
+    ms = "\u2581"
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = 3 + b
+    for c in [ms, "h", "e", "l", "o", "w", "r", "d", "a", "b", "\u4e2d"]:
+        vocab[c] = len(vocab)
+    merges = [("l", "l"), (ms, "h"), ("e", "ll"), (ms + "h", "ell"), (ms + "hell", "o"),
+              (ms, "w"), ("o", "r"), (ms + "w", "or"), (ms, ms)]
+    for l, r in merges:
+        vocab.setdefault(l + r, len(vocab))
+    j = {"added_tokens": [{"id": i, "content": t, "special": True}
+                          for i, t in enumerate(["<unk>", "<s>", "</s>"])],
+         "normalizer": {"type": "Sequence", "normalizers": [
+             {"type": "Prepend", "prepend": ms},
+             {"type": "Replace", "pattern": {"String": " "}, "content": ms}]},
+         "pre_tokenizer": None,
+         "post_processor": {"type": "TemplateProcessing",
+                            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                       {"Sequence": {"id": "A", "type_id": 0}}]},
+         "decoder": {"type": "Sequence", "decoders": [
+             {"type": "Replace", "pattern": {"String": ms}, "content": " "},
+             {"type": "ByteFallback"}, {"type": "Fuse"},
+             {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+         "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+                   "vocab": vocab, "merges": [l + " " + r for l, r in merges]}}
+    if metaspace:
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": ms, "prepend_scheme": "first",
+                              "split": True}
+        j["model"]["merges"] = [[l, r] for l, r in merges]
+    return j
+
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def hf_byte_level(regex=LLAMA3_REGEX):
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    merges = [("t", "h"), ("h", "e"), ("th", "e"), (b2u[32], "t"), (b2u[32] + "t", "he")]
+    for l, r in merges:
+        vocab[l + r] = len(vocab)
+    pre = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+    if regex is not None:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated",
+             "invert": False},
+            dict(pre, use_regex=False)]}
+    return {"added_tokens": [{"id": len(vocab), "content": "<|begin_of_text|>", "special": True}],
+            "normalizer": None, "pre_tokenizer": pre, "decoder": {"type": "ByteLevel"},
+            "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab,
+                      "merges": [[l, r] for l, r in merges]}}
+
+
+def hf_tokenizer_seeds():
+    t = "hf_tokenizer"
+    dump = lambda j: json.dumps(j, ensure_ascii=False).encode()
+    config = b'{"add_bos_token": true, "bos_token": "<s>", "eos_token": {"content": "</s>"}}'
+    spm = "\n".join(["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+                     + ["\u2581", "a", "b", "c", "ab", "bc", "\u2581a", "\u2581ab"]).encode()
+    sp = hf_sentencepiece()
+    put(t, "valid-sentencepiece", dump(sp) + SPLIT + config + SPLIT + spm)
+    put(t, "valid-metaspace-split", dump(hf_sentencepiece(metaspace=True)))
+    put(t, "valid-bytelevel-llama3", dump(hf_byte_level()) + SPLIT + b'{"bos_token": null}')
+    put(t, "valid-bytelevel-gpt2", dump(hf_byte_level(None)))
+    put(t, "empty", b"")
+    put(t, "truncated", dump(sp)[:700])
+    put(t, "duplicate-key", dump(sp)[:-1] + b', "model": {}}')
+    put(t, "unknown-model-type", dump(dict(sp, model=dict(sp["model"], type="Unigram"))))
+    bad = hf_byte_level(r"\w+|\s+")
+    put(t, "unknown-regex", dump(bad))
+    put(t, "id-out-of-range", dump(dict(sp, model=dict(sp["model"], vocab=dict(
+        sp["model"]["vocab"], h=1 << 22)))))
+    put(t, "duplicate-id", dump(dict(sp, model=dict(sp["model"], vocab=dict(
+        sp["model"]["vocab"], h=5)))))
+    put(t, "unknown-merge", dump(dict(sp, model=dict(sp["model"], merges=["q z"]))))
+    vocab = dict(sp["model"]["vocab"])
+    del vocab["<0x41>"]
+    vocab["zz"] = 3 + 0x41
+    put(t, "missing-byte-token", dump(dict(sp, model=dict(sp["model"], vocab=vocab))))
+    put(t, "bad-config", dump(sp) + SPLIT + b'{"bos_token": "<q>"}')
+    put(t, "spm-scores-only", b"{}" + SPLIT + SPLIT + spm)
+
+
 # ---- JSON configs -----------------------------------------------------------------------------
 
 def model_config_seeds():
@@ -494,17 +580,199 @@ def cli_seeds():
         put(t, name, b"\0".join(a.encode() for a in args))
 
 
+# ---- gguf ------------------------------------------------------------------------------------
+
+def gguf_seeds():
+    """llama.cpp GGUF files (formats/gguf.h, gguf_model.h), written with tests/gguf_writer.py."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "tests"))
+    import gguf_writer as g
+    t = "gguf"
+    rng = np.random.default_rng(16)
+
+    def r(*shape):
+        return rng.standard_normal(shape).astype(np.float32) * 0.5
+
+    V, C, H, KV, D, F = 6, 32, 4, 2, 8, 32
+    vocab = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default",
+             "tokenizer.ggml.tokens": ["a", "b", "c", "ab", "<s>", "</s>"],
+             "tokenizer.ggml.token_type": [1, 1, 1, 1, 3, 3],
+             "tokenizer.ggml.merges": ["a b"], "tokenizer.ggml.bos_token_id": 4,
+             "tokenizer.ggml.eos_token_id": 5, "tokenizer.ggml.add_bos_token": False}
+
+    def llama_meta(arch, **extra):
+        m = {"general.architecture": arch, f"{arch}.context_length": 64,
+             f"{arch}.embedding_length": C, f"{arch}.block_count": 1,
+             f"{arch}.feed_forward_length": F, f"{arch}.attention.head_count": H,
+             f"{arch}.attention.head_count_kv": KV, f"{arch}.rope.freq_base": 10000.0,
+             f"{arch}.attention.layer_norm_rms_epsilon": 1e-6}
+        m.update(extra)
+        m.update(vocab)
+        return m
+
+    def llama_tensors(arch, types=("F32", "Q8_0", "F16", "BF16")):
+        ts = [("token_embd.weight", r(V, C), types[0]),
+              ("blk.0.attn_norm.weight", r(C), "F32"),
+              ("blk.0.attn_q.weight", g.llama_permute(r(H * D, C), H, H) if arch == "llama"
+               else r(H * D, C), types[1]),
+              ("blk.0.attn_k.weight", g.llama_permute(r(KV * D, C), H, KV) if arch == "llama"
+               else r(KV * D, C), types[2]),
+              ("blk.0.attn_v.weight", r(KV * D, C), types[3]),
+              ("blk.0.attn_output.weight", r(C, H * D), types[1]),
+              ("blk.0.ffn_norm.weight", r(C), "F32"),
+              ("blk.0.ffn_gate.weight", r(F, C), types[1]),
+              ("blk.0.ffn_up.weight", r(F, C), types[2]),
+              ("blk.0.ffn_down.weight", r(C, F), types[3]),
+              ("output_norm.weight", r(C), "F32")]
+        if arch == "qwen3":
+            ts += [("blk.0.attn_q_norm.weight", r(D), "F32"),
+                   ("blk.0.attn_k_norm.weight", r(D), "F32")]
+        if arch == "qwen2":
+            ts += [("blk.0.attn_q.bias", r(H * D), "F32"), ("blk.0.attn_k.bias", r(KV * D), "F32"),
+                   ("blk.0.attn_v.bias", r(KV * D), "F32"), ("output.weight", r(V, C), "F16")]
+        return ts
+
+    good = g.gguf_bytes(llama_meta("llama"), llama_tensors("llama"))
+    put(t, "valid-llama", good)
+    put(t, "valid-qwen2", g.gguf_bytes(llama_meta("qwen2"), llama_tensors("qwen2")))
+    put(t, "valid-qwen3", g.gguf_bytes(llama_meta("qwen3", **{"qwen3.attention.key_length": D}),
+                                       llama_tensors("qwen3")))
+    neox_meta = {"general.architecture": "gptneox", "gptneox.context_length": 64,
+                 "gptneox.embedding_length": C, "gptneox.block_count": 1,
+                 "gptneox.feed_forward_length": F, "gptneox.attention.head_count": H,
+                 "gptneox.rope.dimension_count": 2, "gptneox.use_parallel_residual": True,
+                 "gptneox.attention.layer_norm_epsilon": 1e-5}
+    neox = [("token_embd.weight", r(V, C), "F16"),
+            ("blk.0.attn_norm.weight", r(C), "F32"), ("blk.0.attn_norm.bias", r(C), "F32"),
+            ("blk.0.attn_qkv.weight", g.neox_qkv_to_gguf(r(3 * C, C), H), "Q8_0"),
+            ("blk.0.attn_qkv.bias", g.neox_qkv_to_gguf(r(3 * C), H), "F32"),
+            ("blk.0.attn_output.weight", r(C, C), "BF16"), ("blk.0.attn_output.bias", r(C), "F32"),
+            ("blk.0.ffn_norm.weight", r(C), "F32"), ("blk.0.ffn_norm.bias", r(C), "F32"),
+            ("blk.0.ffn_up.weight", r(F, C), "F32"), ("blk.0.ffn_up.bias", r(F), "F32"),
+            ("blk.0.ffn_down.weight", r(C, F), "F32"), ("blk.0.ffn_down.bias", r(C), "F32"),
+            ("output_norm.weight", r(C), "F32"), ("output_norm.bias", r(C), "F32"),
+            ("output.weight", r(V, C), "F32")]
+    put(t, "valid-gptneox", g.gguf_bytes(neox_meta, neox))
+    put(t, "valid-metadata-only", g.gguf_bytes(
+        {"general.architecture": "none", "u8": g.Typed("uint8", 1), "i64": -5, "f64":
+         g.Typed("float64", 0.25), "strs": ["x", ""], "bools": [True, False],
+         "general.alignment": g.Typed("uint32", 64)}, [], alignment=64))
+    small = g.gguf_bytes({"general.architecture": "llama"},
+                         [("a", np.arange(4, dtype=np.float32), "F32")])
+    put(t, "empty", b"")
+    put(t, "wrong-magic", b"GGUG" + good[4:])
+    put(t, "version-1", good[:4] + struct.pack("<I", 1) + good[8:])
+    put(t, "version-big-endian", good[:4] + struct.pack(">I", 3) + good[8:])
+    put(t, "truncated-header", good[:40])
+    put(t, "truncated-tensor-infos", good[:good.index(b"blk.0.ffn_norm.weight") + 4])
+    put(t, "truncated-data", good[:-40])
+    put(t, "huge-kv-count", small[:16] + struct.pack("<Q", 1 << 60) + small[24:])
+    put(t, "huge-tensor-count", small[:8] + struct.pack("<Q", 1 << 60) + small[16:])
+    put(t, "huge-string-length", small[:24] + struct.pack("<Q", 1 << 62) + small[32:])
+    put(t, "huge-array", g.gguf_bytes({"a": g.Typed("array[uint32]", [1, 2])}, [])
+        .replace(struct.pack("<IQ", 4, 2), struct.pack("<IQ", 4, 1 << 61), 1))
+    put(t, "huge-dims", g.gguf_bytes({}, [g.RawTensor("a", [1 << 32, 1 << 32, 16], 0, b"")]))
+    put(t, "too-many-dims", g.gguf_bytes({}, [g.RawTensor("a", [1, 1, 1, 1, 1], 0, b"\0" * 4)]))
+    put(t, "unknown-ggml-type", g.gguf_bytes({}, [g.RawTensor("a", [4], 77, b"\0" * 16)]))
+    put(t, "removed-ggml-type", g.gguf_bytes({}, [g.RawTensor("a", [32], 4, b"\0" * 32)]))
+    put(t, "unknown-value-type", small.replace(struct.pack("<I", 8) + struct.pack("<Q", 5)
+                                               + b"llama", struct.pack("<I", 13)
+                                               + struct.pack("<Q", 5) + b"llama", 1))
+    put(t, "nested-array", g.gguf_bytes({"a": g.Typed("array[uint32]", [])}, [])
+        .replace(struct.pack("<IQ", 4, 0), struct.pack("<IQ", 9, 0), 1))
+    put(t, "bad-bool", g.gguf_bytes({"a": True}, []).replace(b"\x07\0\0\0\x01", b"\x07\0\0\0\x05"))
+    put(t, "bad-alignment", g.gguf_bytes({"general.alignment": g.Typed("uint32", 24)}, []))
+    put(t, "misaligned-offset", g.gguf_bytes({}, [g.RawTensor("a", [4], 0, b"\0" * 16, offset=8)]))
+    put(t, "overlap", g.gguf_bytes({}, [g.RawTensor("a", [8], 0, b"\0" * 32, offset=0),
+                                        g.RawTensor("b", [8], 0, b"\0" * 32, offset=0)]))
+    put(t, "data-past-end", g.gguf_bytes({}, [g.RawTensor("a", [4], 0, b"\0" * 16,
+                                                          offset=1 << 40, place=False)]))
+    put(t, "row-not-whole-blocks", g.gguf_bytes({}, [g.RawTensor("a", [33], 8, b"\0" * 34)]))
+    put(t, "duplicate-key", g.gguf_bytes({"a": 1, "b": 2}, []).replace(
+        struct.pack("<Q", 1) + b"b", struct.pack("<Q", 1) + b"a", 1))
+    put(t, "duplicate-tensor", g.gguf_bytes({}, [g.RawTensor("a", [4], 0, b"\0" * 16),
+                                                 g.RawTensor("a", [4], 0, b"\0" * 16)]))
+    put(t, "unsupported-type-q5k", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama")[:1] + [
+        g.RawTensor("blk.0.attn_norm.weight", [256], 13, b"\0" * 176)]))
+    put(t, "unknown-architecture", g.gguf_bytes(dict(llama_meta("llama"),
+                                                     **{"general.architecture": "mamba"}), []))
+    put(t, "unmapped-tensor", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama") + [
+        ("blk.0.attn_sinks.weight", r(4), "F32")]))
+    put(t, "rope-freqs", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama") + [
+        ("rope_freqs.weight", r(4), "F32")]))
+    put(t, "layer-out-of-range", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama") + [
+        ("blk.7.attn_norm.weight", r(C), "F32")]))
+    put(t, "missing-hyperparameter", g.gguf_bytes(
+        {k: v for k, v in llama_meta("llama").items() if k != "llama.block_count"},
+        llama_tensors("llama")))
+
+
+# ---- Hugging Face decoder config.json and the safetensors index ---------------------------------
+
+def hf_config_seeds():
+    t = "hf_config"
+    base = {"model_type": "llama", "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 24,
+            "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+            "hidden_act": "silu", "tie_word_embeddings": False}
+    j = lambda d: json.dumps(d, indent=1)
+    put(t, "llama", j(base))
+    put(t, "llama3-rope", j(dict(base, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16})))
+    put(t, "yarn", j(dict(base, rope_scaling={"type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 16})))
+    put(t, "linear", j(dict(base, rope_scaling={"type": "linear", "factor": 2.0})))
+    put(t, "dynamic-unsupported", j(dict(base, rope_scaling={"type": "dynamic", "factor": 2.0})))
+    put(t, "mistral-window", j(dict(base, model_type="mistral", sliding_window=4)))
+    put(t, "qwen2-window-layers", j(dict(base, model_type="qwen2", use_sliding_window=True,
+                                         sliding_window=3, max_window_layers=1,
+                                         tie_word_embeddings=True)))
+    put(t, "qwen3", j(dict(base, model_type="qwen3", head_dim=8)))
+    put(t, "layer-types", j(dict(base, model_type="qwen3", sliding_window=3,
+                                 layer_types=["sliding_attention", "full_attention"])))
+    put(t, "neox", j({"model_type": "gpt_neox", "vocab_size": 32, "hidden_size": 16,
+                      "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
+                      "max_position_embeddings": 64, "layer_norm_eps": 1e-5, "rotary_pct": 0.25,
+                      "rotary_emb_base": 10000, "hidden_act": "gelu",
+                      "use_parallel_residual": True}))
+    put(t, "unknown-type", j(dict(base, model_type="phi3")))
+    put(t, "wrong-types", j(dict(base, hidden_size="16", num_attention_heads=4.5)))
+    put(t, "huge", j(dict(base, vocab_size=1 << 40, hidden_size=1 << 40)))
+    put(t, "zero-heads", j(dict(base, num_attention_heads=0)))
+    put(t, "bias", j(dict(base, attention_bias=True)))
+
+
+def safetensors_index_seeds():
+    t = "safetensors_index"
+    j = lambda d: json.dumps(d, indent=1)
+    put(t, "valid", j({"metadata": {"total_size": 10}, "weight_map": {
+        "a.weight": "model-00001-of-00002.safetensors",
+        "b.weight": "model-00002-of-00002.safetensors"}}))
+    put(t, "path-escape", j({"weight_map": {"a": "../x.safetensors"}}))
+    put(t, "absolute", j({"weight_map": {"a": "/etc/passwd"}}))
+    put(t, "not-string", j({"weight_map": {"a": 3}}))
+    put(t, "empty-map", j({"weight_map": {}}))
+    put(t, "no-map", j({"metadata": {}}))
+    put(t, "not-json", '{"weight_map": {"a": "x.safetensors"')
+
+
 def main():
     safetensors_seeds()
     checkpoint_seeds()
     llmc_seeds()
     gpt2_seeds()
     bpe_vocab_seeds()
+    hf_tokenizer_seeds()
     model_config_seeds()
     train_config_seeds()
     npy_seeds()
     token_file_seeds()
     cli_seeds()
+    gguf_seeds()
+    hf_config_seeds()
+    safetensors_index_seeds()
     n = sum(len(files) for _, _, files in os.walk(ROOT))
     print(f"wrote the seed corpora under {ROOT} ({n} files)")
 

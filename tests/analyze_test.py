@@ -22,6 +22,9 @@ import tempfile
 import numpy as np
 
 SINK_LAYER, SINK_HEAD = 1, 2
+# A second planted sink, on a later token (trained LMs also sink onto the first period or
+# newline): layer 0 head 1 attends to position PERIOD_POS, where the text has its first ".".
+PERIOD_LAYER, PERIOD_HEAD, PERIOD_POS = 0, 1, 4
 
 
 def write_safetensors(path, tensors):
@@ -53,18 +56,25 @@ def make_model(d):
     wpe[:, 0] = 0.0
     wpe[:, 1] = 0.0
     wpe[0, 0] = 10.0
+    wte[:, 2] = 0.0   # channel 2: only position PERIOD_POS sets it
+    wpe[:, 2] = 0.0
+    wpe[PERIOD_POS, 2] = 10.0
     t["wte"], t["wpe"] = wte, wpe
     for l in range(L):
         qkv = rng.normal(0, 0.02, (C, 3 * C))
         qkv[0, :] = 0.0  # no head but the sink reads channel 0 ...
         qkv[1, :] = 0.0  # ... or channel 1
+        qkv[2, :] = 0.0  # ... or channel 2
+        if l == PERIOD_LAYER:
+            qkv[1, PERIOD_HEAD * hd] = 10.0        # q[0] = 10 for every token
+            qkv[2, C + PERIOD_HEAD * hd] = 10.0    # k[0] = 100 for position PERIOD_POS only
         if l == SINK_LAYER:
             qkv[1, SINK_HEAD * hd] = 10.0          # q[0] = 10 for every token
             qkv[0, C + SINK_HEAD * hd] = 10.0      # k[0] = 100 for token 0 only
         t[f"h.{l}.attn.qkv.weight"] = qkv
         t[f"h.{l}.attn.qkv.bias"] = np.zeros(3 * C)
         proj = rng.normal(0, 0.02, (C, C))
-        proj[:, 0:2] = 0.0  # keep channels 0 and 1 as they are
+        proj[:, 0:3] = 0.0  # keep channels 0, 1 and 2 as they are
         t[f"h.{l}.attn.proj.weight"] = proj
         t[f"h.{l}.attn.proj.bias"] = np.zeros(C)
     ck = os.path.join(d, "sink-model")
@@ -119,7 +129,7 @@ def main():
         text = os.path.join(d, "text.txt")
         rng = np.random.default_rng(1)
         words = "the jury said it did find that many of the laws are outmoded".split()
-        open(text, "w").write(" ".join(rng.choice(words, 600)))
+        open(text, "w").write("jury. " + " ".join(rng.choice(words, 600)))
         out = os.path.join(d, "report")
         run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", text, "--out", out,
                   "--plot-heads", f"{SINK_LAYER}.{SINK_HEAD},0.0"])
@@ -143,6 +153,20 @@ def main():
             if not os.path.getsize(os.path.join(out, f)):
                 sys.exit(f"FAIL: {f} is empty")
         print("ok: report.json, report.html, heads.csv, layers.csv")
+        # Where the sinks sit: key 0 (the first token, no BOS) and key PERIOD_POS (the ".").
+        keys = {e["key"]: e for e in rep["sinks"]["sink_keys"]}
+        want = {0: ("first_token", "j"), PERIOD_POS: ("period", ".")}
+        if set(keys) != set(want) or any(keys[k]["heads"] != 1 or
+                                         (keys[k]["kind"], keys[k]["text"]) != want[k] for k in want):
+            sys.exit(f"FAIL: sink_keys should be one head on key 0 ('j', first_token) and one on "
+                     f"key {PERIOD_POS} ('.', period), got {rep['sinks']['sink_keys']}")
+        ph = rep["layers"][PERIOD_LAYER]["heads"][PERIOD_HEAD]
+        if ph["sink_key"] != PERIOD_POS or head["sink_key"] != 0:
+            sys.exit(f"FAIL: per-head sink_key: {ph['sink_key']} and {head['sink_key']}")
+        if "Sink heads sit on key 0" not in html:
+            sys.exit("FAIL: report.html's summary does not say where the sinks sit")
+        print(f"ok: sinks sit on key 0 ('j') and key {PERIOD_POS} ('.'), "
+              f"excess {head['sink_key_excess']:.3f} and {ph['sink_key_excess']:.3f}")
         check_in_chromium(out)
 
         # Bad inputs.

@@ -179,7 +179,7 @@ def main():
             ("bench/wrong-type", ["bench", "attention", "--n", "x"], "--n", []),
             ("bench/out-of-range", ["bench", "attention", "--n", "64", "--head-dim", "0"],
              "head", []),
-            ("bench-model/out-of-range", ["bench", "model", "--steps", "0"], "--steps", []),
+            ("bench-model/out-of-range", ["bench", "model", "--steps", "-1"], "--steps", []),
             # tokenize
             ("tokenize/missing-file", ["tokenize", "--tokenizer", "nothere.json", "--prompt", "hi"],
              "nothere.json", []),

@@ -45,8 +45,14 @@ import time
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_writer  # noqa: E402  (tests/gguf_writer.py)
+
 torch.set_default_dtype(torch.float64)
 REL_TOL = 1e-4
+# GGUF files are written for these families (llama.cpp writes mistral as llama; attnlab's GGUF
+# reader maps "llama" with a sliding_window key back to mistral).
+GGUF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox")
 T_TOKENS = 40
 
 
@@ -390,6 +396,26 @@ def run_logits(cli, model, tokens, out):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
+def write_gguf_model(d, cfg, w, ggml_type):
+    """model.gguf as llama.cpp's converter lays it out (tests/gguf_writer.py: its tensor names,
+    the Q/K row permutation for llama, GPT-NeoX's regrouped fused QKV); returns the weights
+    under HF names as the reader will see them (rounded to their stored type)."""
+    os.makedirs(d, exist_ok=True)
+    meta, tensors = gguf_writer.hf_to_gguf(cfg, {k: v.numpy() for k, v in w.items()}, ggml_type)
+    path = os.path.join(d, "model.gguf")
+    gguf_writer.write_gguf(path, meta, tensors)
+    stored = {}
+    for k, v in w.items():
+        a = v.numpy()
+        # hf_to_gguf's rule: 2-D weights other than the token embedding take the type (Q8_0
+        # only when rows are whole 32-blocks); permuting rows does not change any row's blocks.
+        t = "F32"
+        if a.ndim == 2 and "embed_tokens" not in k and "embed_in" not in k:
+            t = ggml_type if ggml_type != "Q8_0" or a.shape[-1] % 32 == 0 else "F32"
+        stored[k] = torch.tensor(gguf_writer.roundtrip(a, t), dtype=torch.float64)
+    return path, stored
+
+
 def check_family(cli, tmp, name, cfg, mutation, seed, formats):
     gen = torch.Generator().manual_seed(seed)
     w = make_weights(cfg, gen)
@@ -398,8 +424,16 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
     ok = True
     for dtype, shards in formats:
         d = os.path.join(tmp, f"{name}_{dtype}_{shards}")
-        write_model(d, cfg, w, dtype, shards)
-        r = run_logits(cli, d, tokens, os.path.join(d, "out"))
+        if dtype.startswith("GGUF-"):
+            # GGUF has no key for qwen2's use_sliding_window / max_window_layers (llama.cpp
+            # runs Qwen2 without a window), so such a model cannot be written as GGUF.
+            if cfg["model_type"] not in GGUF_FAMILIES or cfg.get("use_sliding_window"):
+                continue
+            model, stored = write_gguf_model(d, cfg, w, dtype[5:])
+        else:
+            write_model(d, cfg, w, dtype, shards)
+            model, stored = d, {k: rounded(v, dtype) for k, v in w.items()}
+        r = run_logits(cli, model, tokens, os.path.join(d, "out"))
         if r.returncode != 0:
             print(f"FAIL {name} {dtype} x{shards}: attnlab logits exited {r.returncode}: "
                   f"{r.stderr.strip()}")
@@ -407,7 +441,7 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
             continue
         got = np.load(os.path.join(d, "out", "logits.npy")).astype(np.float64)
         got = got.reshape(T_TOKENS, cfg["vocab_size"])
-        W = {k: rounded(v, dtype) for k, v in w.items()}
+        W = stored
         with torch.no_grad():
             truth = truth_logits(cfg, W, tokens).numpy()
             wrong = truth_logits(cfg, W, tokens, mutation).numpy()
@@ -419,7 +453,7 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
             status, ok = "FAIL", False
         if not err_wrong > REL_TOL * scale:
             status, ok = f"FAIL (mutation {mutation} not detected)", False
-        print(f"{status:4} {name:22} {dtype:4} shards={shards} err/scale={err / scale:.2e} "
+        print(f"{status:4} {name:22} {dtype:9} shards={shards} err/scale={err / scale:.2e} "
               f"(bound {REL_TOL:.0e}; mutation {mutation}: {err_wrong / scale:.2e})")
         if name != "llama_gqa_llama3" or dtype != "F32":
             shutil.rmtree(d)
@@ -495,7 +529,72 @@ def check_bad_inputs(cli, tmp):
         write_model(d, c, w, "F32", 1)
     ok &= expect_error(cli, tmp, "unexpected tensor", variant("extra", edit_dir=extra),
                        ["model.layers.0.self_attn.rotary_extra.weight", "model.safetensors"])
+
+    def empty_config(d):
+        open(os.path.join(d, "config.json"), "w").close()
+    ok &= expect_error(cli, tmp, "empty config.json", variant("emptycfg", edit_dir=empty_config),
+                       ["config.json", "not valid JSON"])
+
+    def nan_weight(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        w = make_weights(c, torch.Generator().manual_seed(3))
+        w["model.layers.1.mlp.up_proj.weight"][2, 3] = float("nan")
+        write_model(d, c, w, "BF16", 1)
+    ok &= expect_error(cli, tmp, "NaN weight", variant("nan", edit_dir=nan_weight),
+                       ["model.safetensors", "model.layers.1.mlp.up_proj.weight", "NaN"])
+
+    def int_tensor(d):
+        """model.norm.weight stored as I32 (a dtype no weight can have)."""
+        c = json.load(open(os.path.join(d, "config.json")))
+        w = make_weights(c, torch.Generator().manual_seed(3))
+        header, blobs, off = {}, [], 0
+        for name, t in w.items():
+            b = (t.numpy().astype("<i4") if name == "model.norm.weight"
+                 else t.numpy().astype("<f4")).tobytes()
+            header[name] = {"dtype": "I32" if name == "model.norm.weight" else "F32",
+                            "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+            off += len(b)
+            blobs.append(b)
+        text = json.dumps(header).encode()
+        text += b" " * (-(8 + len(text)) % 8)
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    ok &= expect_error(cli, tmp, "integer dtype", variant("i32", edit_dir=int_tensor),
+                       ["model.safetensors", "model.norm.weight", "I32"])
     return ok
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character table (the ByteLevel pre-tokenizer's alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_tokenizer(d):
+    """A byte-level BPE tokenizer.json (256 byte tokens, 2 merges, <s> = 258 added) and a
+    tokenizer_config.json that asks for BOS, as Llama's do."""
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    vocab[b2u[ord("t")] + b2u[ord("h")]] = 256
+    vocab[b2u[ord("t")] + b2u[ord("h")] + b2u[ord("e")]] = 257
+    tj = {"version": "1.0", "added_tokens": [{"id": 258, "content": "<s>", "special": True}],
+          "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                                "trim_offsets": True, "use_regex": True},
+          "post_processor": None, "decoder": {"type": "ByteLevel"},
+          "model": {"type": "BPE", "vocab": vocab,
+                    "merges": [f"{b2u[ord('t')]} {b2u[ord('h')]}",
+                               f"{b2u[ord('t')]}{b2u[ord('h')]} {b2u[ord('e')]}"]}}
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tj, f)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "add_bos_token": True}, f)
 
 
 def check_commands(cli, tmp):
@@ -526,6 +625,22 @@ def check_commands(cli, tmp):
     ok &= run("generate", "generate", "--model", d, *tok, "--prompt", "the quick",
               "--max-tokens", "8", "--policy", "sink", "--sinks", "2", "--window", "8")[0]
     ok &= run("eval", "eval", "--model", d, *tok, "--text", text, "--max-tokens", "96")[0]
+    # The folder's own tokenizer.json, found without --tokenizer; its BOS rule followed.
+    write_tokenizer(d)
+    good, r = run("logits with the folder's tokenizer.json", "logits", "--model", d, "--prompt",
+                  "the theme", "--out", os.path.join(tmp, "tl"), "--json")
+    ok &= good
+    if good:
+        j = json.loads(r.stdout)
+        want = [257, 32, 257, 109, 101]  # "the" " " "the" "m" "e"
+        good = j.get("tokens") == want and j.get("bos") == 258
+        print(f"{'ok' if good else 'FAIL':4} tokenizer.json picked up: tokens {j.get('tokens')} "
+              f"bos {j.get('bos')} (want {want}, bos 258)")
+        ok &= good
+    ok &= run("generate with the folder's tokenizer.json", "generate", "--model", d, "--prompt",
+              "the", "--max-tokens", "4")[0]
+    ok &= run("experiment heads", "experiment", "heads", "--data", d, "--quick",
+              "--out", os.path.join(tmp, "heads"))[0]
     ok &= run("bench model", "bench", "model", "--model", d, "--steps", "1", "--prefill", "16",
               "--decode", "4")[0]
     data = os.path.join(tmp, "data")
@@ -557,7 +672,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     start = time.time()
-    formats = [("F32", 1), ("BF16", 2), ("F16", 1)]
+    formats = [("F32", 1), ("BF16", 2), ("F16", 1), ("GGUF-F32", 1), ("GGUF-F16", 1),
+               ("GGUF-BF16", 1), ("GGUF-Q8_0", 1)]
     ok = True
     with tempfile.TemporaryDirectory(prefix="attnlab_hf_decoder_") as tmp:
         for k, (name, cfg, mutation) in enumerate(FAMILIES):

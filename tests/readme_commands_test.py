@@ -8,6 +8,9 @@ directory holding the inputs the tour names:
   long.txt                the bundled sample text (data/sample.txt)
   q.npy, k.npy, v.npy     float32 [1, 4, 512, 64] random tensors
   gpt2.safetensors        a random GPT-2-layout model (vocabulary 50257, 1 layer, n_embd 64)
+  qwen/                   a random Qwen2-layout Hugging Face folder (BF16, two shards, GPT-2's
+                          BPE as tokenizer.json)
+  tiny.gguf               a random Llama-layout GGUF file (Q8_0) with GPT-2's BPE embedded
 Each command must exit 0 within its time limit; the tokenize line must print the ids its comment
 promises (`# -> 15496 995`). Later lines use earlier lines' outputs (prepare -> train -> generate).
 
@@ -85,6 +88,46 @@ def make_fixtures(d):
               h + "mlp.c_fc.weight": rng.normal(0, 0.02, (C, 4 * C)), h + "mlp.c_fc.bias": np.zeros(4 * C),
               h + "mlp.c_proj.weight": rng.normal(0, 0.02, (4 * C, C)), h + "mlp.c_proj.bias": np.zeros(C)})
     write_safetensors(os.path.join(d, "gpt2.safetensors"), w)
+    make_hf_folder(os.path.join(d, "qwen"))
+    make_gguf(os.path.join(d, "tiny.gguf"))
+
+
+def make_gguf(path):
+    """tiny.gguf: a random Llama-layout model as llama.cpp's converter writes it (Q8_0 weights,
+    permuted Q/K rows) with GPT-2's BPE embedded as its vocabulary (tokenizer.ggml.*)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torch
+    import gguf_writer
+    import hf_decoder_torch_test as hf
+    import tokenizer_hf_node_test as tk
+    vocab, merges = tk.gpt2_files()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    cfg = hf.base_cfg("llama", vocab_size=len(tokens), hidden_size=64, num_hidden_layers=2,
+                      intermediate_size=128, max_position_embeddings=4096)
+    w = hf.make_weights(cfg, torch.Generator().manual_seed(4))
+    meta, tensors = gguf_writer.hf_to_gguf(cfg, {k: v.numpy() for k, v in w.items()}, "Q8_0", vocab={
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": 50256, "tokenizer.ggml.eos_token_id": 50256})
+    gguf_writer.write_gguf(path, meta, tensors)
+
+
+def make_hf_folder(d):
+    """qwen/: a random Qwen2-layout Hugging Face folder (config.json, BF16 weights in two
+    shards + model.safetensors.index.json) with GPT-2's BPE as its tokenizer.json."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torch
+    import hf_decoder_torch_test as hf
+    import tokenizer_hf_node_test as tk
+    cfg = hf.base_cfg("qwen2", vocab_size=50304, hidden_size=64, num_hidden_layers=2,
+                      intermediate_size=128, max_position_embeddings=4096,
+                      tie_word_embeddings=True)
+    hf.write_model(d, cfg, hf.make_weights(cfg, torch.Generator().manual_seed(3)), "BF16", 2)
+    vocab, merges = tk.gpt2_files()
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tk.byte_level(vocab, merges, [("<|endoftext|>", 50256)]), f, ensure_ascii=False)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": None, "eos_token": "<|endoftext|>", "add_bos_token": False}, f)
 
 
 def main():

@@ -108,7 +108,7 @@ TEST(BenchJson, BadOptionsAreUsageErrors) {
            "bench decode --heads 6 --heads-kv 4",
            "bench decode --triad-mib 0",
            "bench model --preset gpt3",
-           "bench model --steps 0",
+           "bench model --steps -1",
            "bench model --d-model 64",
            "bench model --prefill 250 --decode 64",
            "bench model --seq-len 512",

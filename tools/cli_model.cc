@@ -63,7 +63,11 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
 }
 
 bool TrainedWithBos(const CliModel& m) {
-  if (!m.tokenizer || !m.tokenizer->bos_id() || !m.meta.is_object()) return false;
+  if (!m.tokenizer || !m.tokenizer->bos_id()) return false;
+  // A released model whose tokenizer prepends BOS to every prompt (Llama, Mistral: their
+  // tokenizer_config.json's add_bos_token or post-processor) was trained that way.
+  if (m.tokenizer->adds_bos()) return true;
+  if (!m.meta.is_object()) return false;
   auto it = m.meta.find("trainer");
   if (it == m.meta.end() || !it->is_object()) return false;
   auto b = it->find("bos");

@@ -28,8 +28,8 @@ struct CliModel {
 CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenizer_flag,
                       bool need_tokenizer);
 
-// Whether the model was trained with a BOS token at the start of every sequence (the trainer
-// records it in the checkpoint's metadata).
+// Whether the model was trained with a BOS token at the start of every sequence: the trainer
+// records it in the checkpoint's metadata; a released model's tokenizer says so (adds_bos()).
 bool TrainedWithBos(const CliModel& m);
 
 // Text for --text FILE / --prompt STR (exactly one, else UsageError), as bytes. A file with NUL

@@ -89,6 +89,34 @@ report::Series DepthSeries(const AnalysisResult& r, const std::string& name,
   return s;
 }
 
+// Adds "text" (the token's bytes, escaped as JSON does) and "kind" (bos, first_token, newline,
+// period, other) to each entry of report.json's sinks.sink_keys, and returns one sentence that
+// says where the sinks sit ("" when no head is a sink).
+std::string LabelSinkKeys(const CliModel& m, const AnalysisResult& r, nlohmann::json* keys) {
+  std::string said;
+  for (nlohmann::json& e : *keys) {
+    std::string text, kind = "other";
+    const int64_t key = e["key"].get<int64_t>();
+    if (e["token"].is_number_integer() && m.tokenizer) {
+      auto b = m.tokenizer->TokenBytes(e["token"].get<int32_t>());
+      if (b.ok()) text = b.value();
+    }
+    const bool bos = r.bos >= 0;
+    if (bos && key == 0) kind = "bos";
+    else if (key == (bos ? 1 : 0)) kind = "first_token";
+    else if (text.find('\n') != std::string::npos) kind = "newline";
+    else if (!text.empty() && (text.back() == '.' || text.find(". ") != std::string::npos)) kind = "period";
+    e["text"] = text;
+    e["kind"] = kind;
+    if (said.size() < 300) {
+      said += std::string(said.empty() ? "" : "; ") + "key " + std::to_string(key) + " (" + kind +
+              (text.empty() ? "" : " " + nlohmann::json(text).dump()) + "): " +
+              std::to_string(e["heads"].get<int64_t>()) + " heads";
+    }
+  }
+  return said.empty() ? "" : "Sink heads sit on " + said + ".";
+}
+
 void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& text_name,
                  const AnalysisResult& r, const AnalysisOptions& ao) {
   const ModelConfig& c = r.config;
@@ -96,13 +124,15 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) throw CommandError("cannot create " + o.out + ": " + ec.message());
-  const nlohmann::json j = AnalysisToJson(r, ao);
+  nlohmann::json j = AnalysisToJson(r, ao);
+  const std::string sinks_on = LabelSinkKeys(m, r, &j["sinks"]["sink_keys"]);
   Check(WriteFileAtomically(o.out + "/report.json", j.dump(2) + "\n"));
 
   // CSV tables.
   report::CsvWriter heads({"layer", "head", "alpha_1", "first_mass_1", "last_key0", "uniform_last",
                            "entropy", "distance", "sink_mass", "previous_token", "induction",
-                           "duplicate_token", "key_norm_ratio", "cos_q_key0"});
+                           "duplicate_token", "key_norm_ratio", "cos_q_key0", "sink_key",
+                           "sink_key_excess"});
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
       const AttentionHeadStats& s = r.layers[l].attention.heads[h];
@@ -112,7 +142,8 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                            s.first_mass.empty() ? NAN : s.first_mass[0], s.last_key0,
                            s.last_visible ? 1.0 / s.last_visible : NAN, s.entropy, s.distance,
                            s.sink_mass, d(0), d(2), d(1), r.layers[l].geometry[h].key_norm_ratio,
-                           r.layers[l].geometry[h].cos_key0});
+                           r.layers[l].geometry[h].cos_key0, double(r.sink_key[l][h]),
+                           r.sink_key_excess[l][h]});
     }
   }
   Check(heads.WriteTo(o.out + "/heads.csv"));
@@ -140,7 +171,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   html.SetSubtitle(std::to_string(r.text_tokens) + " tokens of " + text_name + " in " +
                    std::to_string(r.windows) + " window(s) of " + std::to_string(r.window) +
                    "; " + std::to_string(L) + " layers x " + std::to_string(H) + " heads");
-  html.SetSummary(sink_text + " " + collapse_text);
+  html.SetSummary(sink_text + (sinks_on.empty() ? "" : " " + sinks_on) + " " + collapse_text);
   {
     const AttentionHeadStats* best = StrongestHead(r, nullptr, nullptr);
     html.AddSummaryFact("sink heads (excess > " + Fmt(ao.sink_eps, "%.2f") + ")",

@@ -97,13 +97,15 @@ double Median(std::vector<double> v) {
 // width: residuals, norms, qkv, attention, MLP in and out; gpt.cc), the backward's one-layer
 // buffers (15 per token and width) and the logits with their gradient; the KV caches (fp32 and
 // the --kv-dtype one). The caller adds the peak sgemm and the process itself.
-double EstimateBytes(const Shape& s, bool half_cache) {
+double EstimateBytes(const Shape& s, bool half_cache, bool training) {
   const ModelConfig& c = s.config;
   const double P = double(ModelParameterCount(c));
-  const double tokens = double(s.batch) * s.seq_len;
+  const double tokens = training ? double(s.batch) * s.seq_len : double(s.prefill);
   const double act = (18.0 * c.n_layer + 15.0) * tokens * c.d_model + 2.0 * tokens * c.vocab_size;
-  const double kv = 2.0 * c.n_layer * c.context * c.d_model * (4 + (half_cache ? 2 : 0));
-  return 16 * P + 4 * act + kv;
+  const double kv_tokens = double(std::min<int64_t>(c.context, s.prefill + 4096));
+  const double kv = 2.0 * c.n_layer * kv_tokens * c.kv_heads() * c.head_dim() *
+                    (4 + (half_cache ? 2 : 0));
+  return (training ? 16 : 4) * P + 4 * act + kv;
 }
 
 // The process before any shape: the binary and its libraries, and the 2048^3 peak sgemm.
@@ -153,7 +155,8 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
   Gpt& gpt = *model;
   std::mt19937 rng(7);
   const int64_t B = s.batch, T = s.seq_len, V = s.config.vocab_size;
-  std::vector<int32_t> x(B * T), y(B * T);
+  // Tokens for training (B x T) and for the prefill + decode run (P + decode), whichever is more.
+  std::vector<int32_t> x(std::max<int64_t>(B * T, s.prefill + o.decode)), y(B * T);
   for (auto& t : x) t = rng() % V;
   for (auto& t : y) t = rng() % V;
   AdamWConfig oc;
@@ -315,7 +318,7 @@ void RunAll(const BenchModelOptions& o) {
   std::string what;
   nlohmann::ordered_json js = nlohmann::ordered_json::array();
   for (const Shape& s : shapes) {
-    const double b = kBaseBytes + EstimateBytes(s, kv_dtype != KvDtype::kF32);
+    const double b = kBaseBytes + EstimateBytes(s, kv_dtype != KvDtype::kF32, o.steps > 0);
     bytes = std::max(bytes, b);  // one shape at a time
     what += (what.empty() ? "" : "; ") + s.name + " (" +
             report::FormatSignificant(ModelParameterCount(s.config) / 1e6, 3) + "M params, " +

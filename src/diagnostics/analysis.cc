@@ -2,8 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <random>
 
@@ -135,7 +137,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   const auto t0 = std::chrono::steady_clock::now();
 
   AttentionStatsOptions so;
-  so.first_k = o.first_k;
+  so.first_k = std::max(o.first_k, o.sink_search);
   so.jsd_rows = o.jsd_rows;
   so.diagonals = {AttentionDiagonal{1, 0, -1}};  // previous token, on the text itself
   std::vector<AttentionStatsAccumulator> stats;
@@ -163,6 +165,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     const int64_t s = w * per_window, e = std::min(r.text_tokens, s + per_window);
     seq.insert(seq.end(), tokens.begin() + s, tokens.begin() + e);
     const int64_t T = static_cast<int64_t>(seq.size());
+    if (w == 0) r.first_window = seq;
     WindowObserver obs(c, &stats, T, /*keep_streams=*/true);
     DenseKvCache cache(L, c.kv_heads(), hd);
     ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs));
@@ -276,6 +279,19 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     }
   }
   r.sink_rate_excess = counted > 0 ? static_cast<double>(r.sink_heads.size()) / (L * H) : 0.0;
+  r.sink_key.assign(L, std::vector<int64_t>(H, -1));
+  r.sink_key_excess.assign(L, std::vector<double>(H, std::nan("")));
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      const AttentionHeadStats& st = r.layers[l].attention.heads[h];
+      for (int64_t j = 0; j < static_cast<int64_t>(st.alpha.size()); ++j) {
+        const double e = SinkExcess(st, j);
+        if (std::isfinite(e) && (r.sink_key[l][h] < 0 || e > r.sink_key_excess[l][h])) {
+          r.sink_key[l][h] = j, r.sink_key_excess[l][h] = e;
+        }
+      }
+    }
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.peak_rss_bytes = PeakRssBytes();
   return r;
@@ -307,6 +323,10 @@ nlohmann::json StreamJson(const StreamMetrics& s) {
             {"top", top}}}};
 }
 
+std::vector<double> First(const std::vector<double>& v, int64_t k) {
+  return std::vector<double>(v.begin(), v.begin() + std::min<int64_t>(k, v.size()));
+}
+
 nlohmann::json Vec(const std::vector<double>& v) {
   nlohmann::json a = nlohmann::json::array();
   for (double x : v) a.push_back(JsonNumber(x));
@@ -315,9 +335,11 @@ nlohmann::json Vec(const std::vector<double>& v) {
 
 }  // namespace
 
-double SinkExcess(const AttentionHeadStats& s) {
-  if (s.alpha.empty() || s.alpha_uniform.empty()) return std::nan("");
-  const double a = s.alpha[0], u = s.alpha_uniform[0];
+double SinkExcess(const AttentionHeadStats& s, int64_t key) {
+  if (key < 0 || key >= static_cast<int64_t>(std::min(s.alpha.size(), s.alpha_uniform.size()))) {
+    return std::nan("");
+  }
+  const double a = s.alpha[key], u = s.alpha_uniform[key];
   if (!std::isfinite(a) || !std::isfinite(u) || u >= 1.0) return std::nan("");
   return (a - u) / (1.0 - u);
 }
@@ -409,6 +431,31 @@ std::string SinkVerdictText(const AnalysisResult& r, double eps) {
   return t;
 }
 
+namespace {
+
+// [{"key": j, "token": id, "heads": n}, ...]: how many of the sink heads (excess > eps at their
+// sink key) sit on each key, most first; the token is window 0's id at that key.
+nlohmann::json SinkKeysJson(const AnalysisResult& r, const AnalysisOptions& o) {
+  std::map<int64_t, int64_t> count;
+  for (size_t l = 0; r.sink_verdict && l < r.sink_key.size(); ++l) {
+    for (size_t h = 0; h < r.sink_key[l].size(); ++h) {
+      if (r.sink_key[l][h] >= 0 && r.sink_key_excess[l][h] > o.sink_eps) ++count[r.sink_key[l][h]];
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> v(count.begin(), count.end());
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  nlohmann::json out = nlohmann::json::array();
+  for (auto [key, n] : v) {
+    const bool in = key < static_cast<int64_t>(r.first_window.size());
+    out.push_back({{"key", key},
+                   {"token", in ? nlohmann::json(r.first_window[key]) : nlohmann::json(nullptr)},
+                   {"heads", n}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o) {
   const ModelConfig& c = r.config;
   nlohmann::json layers = nlohmann::json::array();
@@ -418,10 +465,12 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
     for (int64_t h = 0; h < c.n_head; ++h) {
       const AttentionHeadStats& s = la.attention.heads[h];
       nlohmann::json head{{"head", h},
-                          {"alpha", Vec(s.alpha)},
-                          {"alpha_uniform", Vec(s.alpha_uniform)},
+                          {"alpha", Vec(First(s.alpha, o.first_k))},
+                          {"alpha_uniform", Vec(First(s.alpha_uniform, o.first_k))},
                           {"alpha_1_excess", JsonNumber(SinkExcess(s))},
-                          {"first_mass", Vec(s.first_mass)},
+                          {"sink_key", r.sink_key.empty() ? -1 : r.sink_key[l][h]},
+                          {"sink_key_excess", JsonNumber(r.sink_key.empty() ? std::nan("") : r.sink_key_excess[l][h])},
+                          {"first_mass", Vec(First(s.first_mass, o.first_k))},
                           {"last_key0", JsonNumber(s.last_key0)},
                           {"last_visible", s.last_visible},
                           {"entropy", JsonNumber(s.entropy)},
@@ -471,7 +520,8 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"verdict", r.sink_verdict},
                      {"sink_rate_excess", r.sink_rate_excess},
                      {"sink_rate", sink_rates},
-                     {"sink_heads", sink_heads}}},
+                     {"sink_heads", sink_heads},
+                     {"sink_keys", SinkKeysJson(r, o)}}},
           {"embedding", StreamJson(r.embedding)},
           {"layers", layers},
           {"run", {{"seconds", r.seconds}, {"peak_rss_bytes", r.peak_rss_bytes}}}};

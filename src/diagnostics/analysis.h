@@ -30,6 +30,7 @@ struct AnalysisOptions {
   int32_t bos = -1;        // >= 0: every window starts with this token
   int64_t chunk = 256;     // query rows per cached forward
   int64_t first_k = 4;     // alpha_k, first-k mass for k = 1..first_k
+  int64_t sink_search = 32;  // each head's sink is looked for among keys 0 .. sink_search - 1
   int64_t jsd_rows = 256;
   double sink_eps = 0.3;   // Gu et al.'s eps for Sink_k^eps and the list of sink heads
   bool effective_rank = true;
@@ -89,14 +90,21 @@ struct AnalysisResult {
   bool sink_verdict = false;          // false: too short to call sinks
   double sink_rate_excess = 0;        // share of heads called sinks by the excess rule
   std::vector<std::pair<int64_t, int64_t>> sink_heads;  // (layer, head) with excess > eps
+  // Where each head's sink sits (trained LMs also sink onto the first newline or period, not
+  // only token 0): the key j < sink_search with the largest excess over uniform attention of
+  // the same rows, e_j = (alpha_{j+1} - u_{j+1}) / (1 - u_{j+1}) (SinkExcess at key j), and e_j.
+  std::vector<std::vector<int64_t>> sink_key;    // [L][H]; -1 where undefined
+  std::vector<std::vector<double>> sink_key_excess;  // [L][H]
+  std::vector<int32_t> first_window;  // the ids of window 0 (BOS first if any): key j's token
   double seconds = 0;
   int64_t peak_rss_bytes = 0;
 };
 
 inline constexpr double kMaxUniformForVerdict = 0.5;
 
-// (alpha_1 - u) / (1 - u) for one head (NaN when undefined): see AnalysisResult.
-double SinkExcess(const AttentionHeadStats& s);
+// (alpha_1 - u) / (1 - u) for one head (NaN when undefined): see AnalysisResult. With key j:
+// the same for alpha_{j+1} (NaN when j is past the head's alpha vector).
+double SinkExcess(const AttentionHeadStats& s, int64_t key = 0);
 
 // The head with the largest alpha_1 (null if none); its layer and head go to the non-null outputs.
 const AttentionHeadStats* StrongestHead(const AnalysisResult& r, int64_t* layer, int64_t* head);

@@ -3,6 +3,7 @@
 // reference kernel and fed to the reference statistics), on random models at len <= 512.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -64,7 +65,8 @@ TEST(Analysis, StreamedStatisticsEqualTheMaterialisedOnes) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     // Materialised: one full forward, full maps.
     AttentionStatsOptions so;
-    so.first_k = ao.first_k, so.jsd_rows = 0, so.diagonals = {AttentionDiagonal{1, 0, -1}};
+    so.first_k = std::max(ao.first_k, ao.sink_search), so.jsd_rows = 0;
+    so.diagonals = {AttentionDiagonal{1, 0, -1}};
     Materialiser mat(c, so);
     g.value()->set_observer(&mat);
     ASSERT_TRUE(g.value()->Forward(tokens.data(), nullptr, 1, 300, nullptr).ok());

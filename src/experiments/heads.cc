@@ -103,21 +103,28 @@ Result<Source> LoadSource(const ExperimentOptions& o) {
   if (text_path.empty()) {
     return Status::NotFound(std::string("the sample text (") + kSampleTextPath + ") was not found");
   }
-  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m, LoadAnyModel(model_path));
-  ATTNLAB_ASSIGN_OR_RETURN(s.g, MakeGpt(m));
+  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel loaded, LoadAnyModel(model_path));
+  LoadedModel m;  // everything but the weights, which move into the model (not held twice)
+  m.format = loaded.format, m.path = loaded.path, m.meta = loaded.meta;
+  ATTNLAB_ASSIGN_OR_RETURN(s.g, MakeGpt(std::move(loaded)));
   if (!m.meta.is_object() || !m.meta.contains("tokenizer")) {
-    return Status::InvalidArgument("the model " + model_path +
-                                   " carries no tokenizer (heads needs an attnlab checkpoint)");
+    return Status::InvalidArgument(
+        "the model " + model_path +
+        " carries no tokenizer (heads needs an attnlab checkpoint or a Hugging Face folder with "
+        "tokenizer.json)");
   }
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, TokenizerFromJson(m.meta["tokenizer"]));
-  if (tok->vocab_size() != s.g->config().vocab_size) {
+  // Released models pad their vocabulary past the tokenizer's ids (tools/cli_model.cc).
+  const bool padded = m.format.rfind("hf-", 0) == 0 || m.format == "gguf" || m.meta.contains("from");
+  const int64_t vocab = s.g->config().vocab_size;
+  if (padded ? tok->vocab_size() > vocab : tok->vocab_size() != vocab) {
     return Status::InvalidArgument("the model's tokenizer does not match its vocabulary");
   }
   auto it = m.meta.find("trainer");
-  if (it != m.meta.end() && it->is_object() && it->contains("bos") &&
-      (*it)["bos"].is_number_integer() && (*it)["bos"].get<int64_t>() >= 0 && tok->bos_id()) {
-    s.bos = *tok->bos_id();
-  }
+  const bool trained_with_bos = it != m.meta.end() && it->is_object() && it->contains("bos") &&
+                                (*it)["bos"].is_number_integer() &&
+                                (*it)["bos"].get<int64_t>() >= 0;
+  if ((trained_with_bos || tok->adds_bos()) && tok->bos_id()) s.bos = *tok->bos_id();
   ATTNLAB_ASSIGN_OR_RETURN(std::string text, ReadFileToString(text_path, int64_t{1} << 30));
   ATTNLAB_ASSIGN_OR_RETURN(s.ids, tok->Encode(text));
   s.model = m.path;

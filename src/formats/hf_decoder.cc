@@ -2,6 +2,7 @@
 #include "formats/hf_decoder.h"
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "core/files.h"
@@ -241,7 +242,9 @@ Result<ModelConfig> HfDecoderConfig(const json& cfg, const std::string& name,
     c.bias = false;
     c.qkv_bias = type == "qwen2";
     bool attention_bias = false, mlp_bias = false;
-    ATTNLAB_RETURN_IF_ERROR(r.Bool("attention_bias", &attention_bias));
+    // Qwen2 always has q/k/v biases and never an o_proj bias: its config has no such key (a
+    // converter may still write one, meaning the q/k/v biases).
+    if (type != "qwen2") ATTNLAB_RETURN_IF_ERROR(r.Bool("attention_bias", &attention_bias));
     ATTNLAB_RETURN_IF_ERROR(r.Bool("mlp_bias", &mlp_bias));
     if (attention_bias || mlp_bias) {
       return r.Unsupported("attention_bias / mlp_bias = true (biases on o_proj or the MLP) are "
@@ -506,7 +509,17 @@ Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir) {
     return Status::InvalidArgument(cfg_path + ": not a JSON object");
   }
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> src, OpenSafetensorsSource(dir));
-  return LoadHfDecoder(cfg, cfg_path, *src, dir);
+  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m, LoadHfDecoder(cfg, cfg_path, *src, dir));
+  // The folder's tokenizer.json (with tokenizer_config.json) travels as a tokenizer spec
+  // (tokenizer_spec.h's {"type": "hf"}), so every command finds it without --tokenizer.
+  if (KindOf(dir + "/tokenizer.json") == PathKind::kFile) {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(dir, ec);
+    m.meta["tokenizer"] = json{{"type", "hf"}, {"path", ec ? dir : abs.lexically_normal().string()}};
+  } else {
+    m.notes.push_back(dir + " has no tokenizer.json: pass --tokenizer for commands that read text");
+  }
+  return m;
 }
 
 }  // namespace attnlab

@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/files.h"
 #include "formats/checkpoint.h"
+#include "formats/gguf_model.h"
 #include "formats/hf_decoder.h"
 #include "formats/hf_gpt2.h"
 #include "formats/llmc.h"
@@ -16,6 +17,31 @@ namespace attnlab {
 namespace {
 constexpr char kConfigFile[] = "config.json";
 constexpr char kModelFile[] = "model.safetensors";
+
+// A GGUF file: its metadata as the Hugging Face config.json it stands for, its tensors under HF
+// names (gguf_model.h), through the one decoder loader; the embedded vocabulary travels as a
+// tokenizer spec (tokenizer_spec.h's {"type": "embedded"}).
+Result<LoadedModel> LoadGgufModel(const std::string& path) {
+  ATTNLAB_ASSIGN_OR_RETURN(GgufAsHf g, OpenGgufAsHf(path));
+  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m,
+                           LoadHfDecoder(g.hf_config, path + " (GGUF metadata)", *g.tensors, path));
+  m.format = "gguf";
+  m.meta["gguf_architecture"] = g.architecture;
+  m.meta["hf_config"] = g.hf_config;
+  const GgufVocabulary& v = g.vocabulary;
+  if (!v.tokens.empty()) {
+    nlohmann::json t = {{"type", "embedded"}, {"model", v.model},   {"pre", v.pre},
+                        {"tokens", v.tokens}, {"scores", v.scores}, {"token_types", v.token_type},
+                        {"merges", v.merges}, {"add_bos", v.add_bos_token.value_or(false)}};
+    t["bos"] = v.bos_token_id ? nlohmann::json(*v.bos_token_id) : nlohmann::json(nullptr);
+    t["eos"] = v.eos_token_id ? nlohmann::json(*v.eos_token_id) : nlohmann::json(nullptr);
+    m.meta["tokenizer"] = std::move(t);
+  } else {
+    m.notes.push_back(path + " has no embedded vocabulary: pass --tokenizer for commands that "
+                      "read text");
+  }
+  return m;
+}
 
 // config.json's "model_type" ("" when absent or when the file is not a JSON object: other
 // loaders then report what is wrong with it).
@@ -34,8 +60,8 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
       "expected an attnlab checkpoint directory (config.json with \"format\": "
       "\"attnlab-checkpoint\"), a Hugging Face GPT-2 directory (model.safetensors [+ "
       "config.json]), a Hugging Face llama/mistral/qwen2/qwen3/gpt_neox directory (config.json "
-      "+ safetensors, sharded or not), a .safetensors file, or an llm.c .bin file (magic "
-      "20240326)";
+      "+ safetensors, sharded or not), a llama.cpp .gguf file, a .safetensors file, or an llm.c "
+      ".bin file (magic 20240326)";
   auto from_checkpoint = [&](const std::string& dir) -> Result<LoadedModel> {
     ATTNLAB_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir));
     LoadedModel m;
@@ -98,6 +124,7 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
     std::memcpy(&magic, first.data(), 4);
     if (magic == kLlmcMagic) return LoadLlmc(path);
   }
+  if (first.rfind("GGUF", 0) == 0) return LoadGgufModel(path);
   if (first.size() >= 9 && first[8] == '{') return LoadHfGpt2(path);
   if (BaseName(path) == kConfigFile) {
     auto is_checkpoint = IsCheckpointConfigFile(path);

@@ -9,7 +9,10 @@
 #include <string>
 #include <system_error>
 
+#include "core/files.h"
 #include "core/resources.h"
+#include "tokenizer/tokenizer_hf.h"
+#include "tokenizer/tokenizer_spec.h"
 
 namespace attnlab {
 
@@ -167,8 +170,31 @@ Result<std::string> Gpt2UnrenderBytes(std::string_view rendered) {
 // ---------------------------------------------------------------------------------------------
 // LoadTokenizer.
 
+namespace {
+
+// <dir>/tokenizer.json: Hugging Face's, or an attnlab data directory's {"type": ...} spec.
+Result<std::unique_ptr<Tokenizer>> LoadTokenizerJsonDirectory(const std::filesystem::path& dir) {
+  const std::string file = (dir / "tokenizer.json").string();
+  Result<std::string> text = ReadFileToString(file, int64_t{256} << 20);
+  if (!text.ok()) return text.status().WithContext("loading tokenizer " + file);
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("type") && !j.contains("model")) {
+    Result<std::unique_ptr<Tokenizer>> t = TokenizerFromJson(j);
+    if (!t.ok()) return t.status().WithContext(file);
+    return t;
+  }
+  return LoadHfTokenizer(file);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
   if (spec == "byte") return MakeByteTokenizer();
+  if (spec.rfind("hf:", 0) == 0) return LoadHfTokenizer(spec.substr(3));
+  if (std::filesystem::path(spec).filename() == "tokenizer.json" &&
+      std::filesystem::is_regular_file(spec)) {
+    return LoadTokenizerJsonDirectory(std::filesystem::path(spec).parent_path());
+  }
   std::string dir;
   std::error_code ec;
   if (spec == "gpt2") {
@@ -181,15 +207,16 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
     dir = spec.substr(5);
   } else if (std::filesystem::is_directory(spec, ec)) {
     const std::filesystem::path d(spec);
-    // A directory: GPT-2's two files, else an attnlab vocabulary named vocab.json (what
-    // `attnlab tokenize --train --out DIR` writes).
+    // A directory: GPT-2's two files, else a tokenizer.json (Hugging Face's), else an attnlab
+    // vocabulary named vocab.json (what `attnlab tokenize --train --out DIR` writes).
     if (!std::filesystem::exists(d / "encoder.json", ec)) {
+      if (std::filesystem::exists(d / "tokenizer.json", ec)) return LoadTokenizerJsonDirectory(d);
       if (std::filesystem::exists(d / "vocab.json", ec)) {
         return LoadBpeTokenizer((d / "vocab.json").string());
       }
       return Status::NotFound("tokenizer directory " + spec +
-                              " holds neither GPT-2's encoder.json and vocab.bpe nor an attnlab "
-                              "vocab.json");
+                              " holds neither GPT-2's encoder.json and vocab.bpe, nor a "
+                              "tokenizer.json, nor an attnlab vocab.json");
     }
     dir = spec;
   }
@@ -200,13 +227,14 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
   if (spec.empty()) {
     return Status::InvalidArgument(
         "empty tokenizer spec; expected \"byte\", \"gpt2\", \"gpt2:<dir with encoder.json and "
-        "vocab.bpe>\", a directory, or an attnlab vocabulary file");
+        "vocab.bpe>\", \"hf:<tokenizer.json or its directory>\", a directory, or an attnlab "
+        "vocabulary file");
   }
   Result<std::unique_ptr<Tokenizer>> t = LoadBpeTokenizer(spec);
   if (t.status().code() == StatusCode::kNotFound) {
     return t.status().WithContext("tokenizer \"" + spec +
-                                  "\" is not \"byte\", \"gpt2\", \"gpt2:<dir>\", a "
-                                  "directory or an existing vocabulary file");
+                                  "\" is not \"byte\", \"gpt2\", \"gpt2:<dir>\", "
+                                  "\"hf:<path>\", a directory or an existing vocabulary file");
   }
   return t;
 }
