@@ -706,6 +706,15 @@ def gguf_seeds():
     put(t, "missing-hyperparameter", g.gguf_bytes(
         {k: v for k, v in llama_meta("llama").items() if k != "llama.block_count"},
         llama_tensors("llama")))
+    # Llama 3.1-style scaling as llama.cpp writes it (rope_freqs.weight, no scaling keys): the
+    # converter's divisors load as rope_scaling llama3; other divisors are refused.
+    llama3 = {"hidden_size": C, "num_attention_heads": H, "rope_theta": 10000.0,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}
+    put(t, "valid-llama3-rope-freqs", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama") + [
+        ("rope_freqs.weight", g.llama3_rope_factors(llama3), "F32")]))
+    put(t, "rope-freqs-not-llama3", g.gguf_bytes(llama_meta("llama"), llama_tensors("llama") + [
+        ("rope_freqs.weight", np.array([1, 2, 3, 4], dtype=np.float32), "F32")]))
 
 
 # ---- Hugging Face decoder config.json and the safetensors index ---------------------------------
@@ -724,7 +733,8 @@ def hf_config_seeds():
     put(t, "yarn", j(dict(base, rope_scaling={"type": "yarn", "factor": 4.0,
                                               "original_max_position_embeddings": 16})))
     put(t, "linear", j(dict(base, rope_scaling={"type": "linear", "factor": 2.0})))
-    put(t, "dynamic-unsupported", j(dict(base, rope_scaling={"type": "dynamic", "factor": 2.0})))
+    put(t, "dynamic", j(dict(base, rope_scaling={"type": "dynamic", "factor": 2.0})))
+    put(t, "longrope-unsupported", j(dict(base, rope_scaling={"type": "longrope", "factor": 2.0})))
     put(t, "mistral-window", j(dict(base, model_type="mistral", sliding_window=4)))
     put(t, "qwen2-window-layers", j(dict(base, model_type="qwen2", use_sliding_window=True,
                                          sliding_window=3, max_window_layers=1,

@@ -36,6 +36,8 @@ write the fixed files that src/formats/gguf_test.cc (GgufPythonWriter) reads bac
 import struct
 import sys
 
+import math
+
 import numpy as np
 
 VALUE_TYPES = {"uint8": 0, "int8": 1, "uint16": 2, "int16": 3, "uint32": 4, "int32": 5,
@@ -250,7 +252,11 @@ def hf_to_gguf(config, state_dict, ggml_type="F32", vocab=None):
             f"{arch}.feed_forward_length": config["intermediate_size"],
             f"{arch}.attention.head_count": n_head}
     rs = config.get("rope_scaling")
-    if rs:
+    rope_freqs = None
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        # As llama.cpp's converter: no scaling keys, the per-frequency divisors as a tensor.
+        rope_freqs = llama3_rope_factors(config)
+    elif rs:
         kind = rs.get("rope_type", rs.get("type"))
         meta[f"{arch}.rope.scaling.type"] = kind
         meta[f"{arch}.rope.scaling.factor"] = float(rs["factor"])
@@ -301,7 +307,32 @@ def hf_to_gguf(config, state_dict, ggml_type="F32", vocab=None):
         if a.ndim == 2 and gname != "token_embd.weight":
             t = ggml_type if ggml_type != "Q8_0" or a.shape[-1] % 32 == 0 else "F32"
         tensors.append((gname, a, t))
+    if rope_freqs is not None:
+        tensors.append(("rope_freqs.weight", rope_freqs, "F32"))
     return meta, tensors
+
+
+def llama3_rope_factors(config):
+    """rope_freqs.weight [head_dim / 2] as llama.cpp's convert_hf_to_gguf.py computes it for a
+    llama3 rope_scaling (float32 frequencies; the divisor of each: 1, factor, or the blend), with
+    the rope_scaling's own original_max_position_embeddings (what transformers uses)."""
+    rs = config["rope_scaling"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    base = np.float32(config.get("rope_theta", 10000.0))
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+    factor, lo, hi = rs["factor"], rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
+    old = rs.get("original_max_position_embeddings", 8192)
+    out = []
+    for f in freqs.astype(np.float32):
+        wavelen = 2 * math.pi / float(f)
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 # ---- files -----------------------------------------------------------------------------------

@@ -77,6 +77,9 @@ FAMILIES = [
     ("llama_yarn", base_cfg("llama", rope_theta=100.0, rope_scaling={
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
      "yarn_no_attention_factor"),
+    # Dynamic NTK: 40 tokens past max_position_embeddings 16, so the base really changes.
+    ("llama_dynamic", base_cfg("llama", max_position_embeddings=16, rope_scaling={
+        "type": "dynamic", "factor": 3.0}), "dynamic_static"),
     ("mistral_window", base_cfg("mistral", sliding_window=7), "no_sliding_window"),
     ("qwen2_tied_bias", base_cfg("qwen2", tie_word_embeddings=True, rope_theta=1000000.0),
      "qkv_bias_dropped"),
@@ -227,9 +230,16 @@ def write_model(d, cfg, w, dtype, shards):
 # ---------------------------------------------------------------------------------------------
 # The truth: transformers' semantics in plain torch, float64.
 
-def inv_freq_and_scaling(c, dim, mutation):
-    """(inv_freq [dim/2], attention_scaling) as transformers' ROPE_INIT_FUNCTIONS compute them."""
+def inv_freq_and_scaling(c, dim, mutation, seq_len):
+    """(inv_freq [dim/2], attention_scaling) as transformers' ROPE_INIT_FUNCTIONS compute them
+    for a forward over seq_len positions (only "dynamic" depends on it)."""
     base = c.get("rope_theta", c.get("rotary_emb_base", 10000.0))
+    rs = c.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type")) == "dynamic" and mutation != "dynamic_static":
+        # _compute_dynamic_ntk_parameters with seq_len = max(position_ids) + 1.
+        L, factor = c["max_position_embeddings"], rs["factor"]
+        S = max(seq_len, L)
+        base = base * ((factor * S / L) - (factor - 1)) ** (dim / (dim - 2))
     inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     rs = c.get("rope_scaling") or {}
     kind = rs.get("rope_type", rs.get("type", "default"))
@@ -308,7 +318,7 @@ def truth_logits(c, W, tokens, mutation=None):
     T = len(tokens)
     ids = torch.tensor(tokens)
     rot = int(hd * c.get("rotary_pct", 1.0)) if neox else hd
-    inv, att_scale = inv_freq_and_scaling(c, rot, mutation)
+    inv, att_scale = inv_freq_and_scaling(c, rot, mutation, T)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     emb = torch.cat([freqs, freqs], dim=-1)
     cos, sin = emb.cos() * att_scale, emb.sin() * att_scale
@@ -426,8 +436,10 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
         d = os.path.join(tmp, f"{name}_{dtype}_{shards}")
         if dtype.startswith("GGUF-"):
             # GGUF has no key for qwen2's use_sliding_window / max_window_layers (llama.cpp
-            # runs Qwen2 without a window), so such a model cannot be written as GGUF.
-            if cfg["model_type"] not in GGUF_FAMILIES or cfg.get("use_sliding_window"):
+            # runs Qwen2 without a window) nor a dynamic-NTK rope scaling type (llama.cpp has
+            # none, linear, yarn, longrope), so such models cannot be written as GGUF.
+            dynamic = (cfg.get("rope_scaling") or {}).get("type") == "dynamic"
+            if cfg["model_type"] not in GGUF_FAMILIES or cfg.get("use_sliding_window") or dynamic:
                 continue
             model, stored = write_gguf_model(d, cfg, w, dtype[5:])
         else:
@@ -493,9 +505,9 @@ def check_bad_inputs(cli, tmp):
                        variant("type", lambda c: c.update(model_type="phi3")),
                        ["config.json", "model_type 'phi3'"])
     ok &= expect_error(cli, tmp, "unsupported rope_scaling",
-                       variant("rope", lambda c: c.update(rope_scaling={"rope_type": "dynamic",
+                       variant("rope", lambda c: c.update(rope_scaling={"rope_type": "longrope",
                                                                         "factor": 2.0})),
-                       ["config.json", "rope_scaling type 'dynamic'"])
+                       ["config.json", "rope_scaling type 'longrope'"])
     ok &= expect_error(cli, tmp, "shape disagrees with config",
                        variant("shape", lambda c: c.update(intermediate_size=97)),
                        ["model.safetensors", "model.layers.0.mlp.gate_proj.weight", "[96, 64]"])
@@ -643,6 +655,18 @@ def check_commands(cli, tmp):
               "--out", os.path.join(tmp, "heads"))[0]
     ok &= run("bench model", "bench", "model", "--model", d, "--steps", "1", "--prefill", "16",
               "--decode", "4")[0]
+    # Inference keeps the BF16 weights 16-bit (the rows say so); training on them is refused.
+    good, r = run("bench model --steps 0", "bench", "model", "--model", d, "--steps", "0",
+                  "--prefill", "16", "--decode", "4", "--json")
+    stored = good and '"weights":"bf16"' in r.stdout.replace(" ", "")
+    print(f"{'ok' if stored else 'FAIL':4} bench model --steps 0 ran on the stored bf16 weights")
+    ok &= stored
+    r = subprocess.run([cli, "bench", "model", "--model", d, "--weights", "stored", "--steps", "1"],
+                       capture_output=True, text=True, timeout=600)
+    refused = r.returncode == 1 and "inference only" in r.stderr
+    print(f"{'ok' if refused else 'FAIL':4} bad input bench model --weights stored with training: "
+          f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    ok &= refused
     data = os.path.join(tmp, "data")
     good, _ = run("prepare", "prepare", "--text", text, "--tokenizer", "byte", "--out", data)
     ok &= good

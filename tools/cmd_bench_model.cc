@@ -50,6 +50,7 @@ struct BenchModelOptions {
   int64_t layers = 0, d_model = 0, heads = 0, vocab = 0, context = 0, batch = 0, seq_len = 0;
   int64_t steps = 5, prefill = 0, decode = 64;
   std::string kv_dtype = "f32";
+  std::string weights = "auto";  // --model's linear layers: auto, stored, f32
   bool json = false;
 };
 
@@ -146,7 +147,13 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
     model = std::move(g).value();
     model->params().Initialize(s.config, 1);
   } else {
-    auto loaded = LoadAnyModel(s.model_path);
+    // Stored precision (16-bit stays 16-bit) only for inference: training needs fp32.
+    const bool keep16 = o.weights == "stored" || (o.weights == "auto" && o.steps == 0);
+    if (keep16 && o.steps > 0) {
+      throw CommandError("--weights stored is inference only: pass --steps 0 (training needs "
+                         "float32 weights)");
+    }
+    auto loaded = LoadAnyModel(s.model_path, LoadOptions{.keep_16bit = keep16});
     Check(loaded.status(), "--model " + s.model_path);
     auto g = MakeGpt(std::move(loaded).value());
     Check(g.status(), s.model_path);
@@ -203,7 +210,10 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
   };
   const Timed f32 = infer(KvDtype::kF32);
 
-  const std::string text = ShapeText(s);
+  // The weights' precision as they ran: the matrices' dtype for a 16-bit model, else f32.
+  const std::string weights =
+      gpt.matrices() ? std::string(KvDtypeName(gpt.matrices()->embed.blocks[0].dtype)) : "f32";
+  const std::string text = ShapeText(s) + (s.model_path.empty() ? "" : " w=" + weights);
   const auto row = [&](const char* kernel, double tokens, double seconds, double flops_per_token,
                        nlohmann::ordered_json extra) {
     bench::TableRow r;
@@ -211,6 +221,7 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
     r.shape = text;
     if (extra.contains("kv_dtype")) r.shape += " kv=" + extra["kv_dtype"].get<std::string>();
     r.shape_json = ShapeJson(s);
+    r.shape_json["weights"] = weights;
     for (auto& [k, v] : extra.items()) r.shape_json[k] = v;
     r.time_ms = seconds * 1e3;
     r.rate = tokens / seconds;
@@ -282,8 +293,9 @@ std::vector<Shape> Shapes(const BenchModelOptions& o) {
   }
   for (const std::string& p : o.presets) shapes.push_back(Preset(p));
   for (const std::string& path : o.models) {
-    // The configuration only (the weights are loaded by Run, one model at a time).
-    auto loaded = LoadAnyModel(path);
+    // The configuration only (the weights are loaded by Run, one model at a time; 16-bit ones
+    // are only mapped here, not widened).
+    auto loaded = LoadAnyModel(path, LoadOptions{.keep_16bit = true});
     Check(loaded.status(), "--model " + path);
     Shape s;
     s.name = path;
@@ -393,6 +405,10 @@ void RegisterBenchModelCommand(CLI::App& app) {
   cmd->add_option("--context", o->context, "custom shape: context")->check(size);
   cmd->add_option("--batch", o->batch, "sequences per training step")->check(size);
   cmd->add_option("--seq-len", o->seq_len, "tokens per training sequence")->check(size);
+  cmd->add_option("--weights", o->weights,
+                  "--model's linear layers: auto (as stored when --steps 0, else f32), stored "
+                  "(BF16/F16 stay 16-bit: inference only), f32")
+      ->check(CLI::IsMember({"auto", "stored", "f32"}));
   cmd->add_option("--steps", o->steps, "timed training steps (5; 0: no training)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--prefill", o->prefill, "prefill tokens (default: min(context - decode, 512))")

@@ -45,6 +45,13 @@
 //            (2 ln base), clamped to [0, d - 1] (high += 0.001 when equal); ramp_i =
 //            clamp((i - low) / (high - low), 0, 1), theta'_i = theta_i / s * ramp_i +
 //            theta_i (1 - ramp_i). A = attention_factor if > 0, else 0.1 ln(s) + 1.
+//   kDynamicHf: transformers' dynamic NTK (rope_type "dynamic", _compute_dynamic_ntk_parameters):
+//            the frequencies depend on the length S = max(dynamic_length, L) of the sequence
+//            they serve: base' = base * (s S / L - (s - 1))^(d / (d - 2)), theta'_i =
+//            base'^(-2i/d). Up to L this is plain RoPE. A = 1. The model (model/gpt.h) sets
+//            dynamic_length to each forward's last position + 1, as transformers does; keys
+//            cached by an earlier, shorter step keep the rotation they were cached with (also as
+//            transformers' cache does), so decoding past L differs from one full forward there.
 //   kLlama3: Llama 3.1's rule (rope_type "llama3"): with wavelength w_i = 2 pi / theta_i,
 //            w_lo = L / low_freq_factor, w_hi = L / high_freq_factor: theta'_i = theta_i if
 //            w_i < w_hi, theta_i / s if w_i > w_lo, else (1 - k) theta_i / s + k theta_i
@@ -67,7 +74,7 @@
 namespace attnlab {
 
 enum class RopeLayout { kNeox, kGptJ };
-enum class RopeScaling { kNone, kLinear, kNtk, kYarn, kYarnHf, kLlama3 };
+enum class RopeScaling { kNone, kLinear, kNtk, kYarn, kYarnHf, kLlama3, kDynamicHf };
 
 struct RopeConfig {
   int64_t head_dim = 0;    // elements per head vector
@@ -82,6 +89,7 @@ struct RopeConfig {
   double attention_factor = 0.0;  // kYarnHf: A (0: 0.1 ln(s) + 1)
   double low_freq_factor = 1.0;   // kLlama3
   double high_freq_factor = 4.0;  // kLlama3, > low_freq_factor
+  int64_t dynamic_length = 0;     // kDynamicHf: S, the sequence length served (0: L)
 };
 
 // Checks every field; the error says which field, what was found and what is allowed.

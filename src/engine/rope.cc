@@ -191,6 +191,14 @@ Status ValidateRope(const RopeConfig& c) {
                                        Num(c.attention_factor));
       }
       break;
+    case RopeScaling::kDynamicHf:
+      if (c.original_context <= 0 || c.rotary_dim < 4 || c.dynamic_length < 0) {
+        return Status::InvalidArgument(
+            "rope: dynamic NTK scaling needs original_context (max_position_embeddings) > 0, "
+            "rotary_dim >= 4 and dynamic_length >= 0, got " + Str(c.original_context) + ", " +
+            Str(c.rotary_dim) + ", " + Str(c.dynamic_length));
+      }
+      break;
     case RopeScaling::kLlama3:
       if (c.original_context <= 0) {
         return Status::InvalidArgument(
@@ -218,7 +226,12 @@ Result<std::vector<double>> RopeFrequencies(const RopeConfig& c) {
   const double d = static_cast<double>(c.rotary_dim);
   const double s = c.factor;
   // ref: NTK-aware, https://www.reddit.com/r/LocalLLaMA/comments/14lz7j5/ (bloc97 2023).
-  const double base = c.scaling == RopeScaling::kNtk ? c.base * std::pow(s, d / (d - 2.0)) : c.base;
+  double base = c.scaling == RopeScaling::kNtk ? c.base * std::pow(s, d / (d - 2.0)) : c.base;
+  if (c.scaling == RopeScaling::kDynamicHf) {  // ref: transformers' _compute_dynamic_ntk_parameters
+    const double L = static_cast<double>(c.original_context);
+    const double S = std::max(static_cast<double>(c.dynamic_length), L);
+    base = c.base * std::pow(s * S / L - (s - 1.0), d / (d - 2.0));
+  }
   std::vector<double> freqs(pairs);
   // kYarnHf's ramp over pair indices (transformers' find_correction_range, linear_ramp_factor).
   double ramp_lo = 0, ramp_hi = 1;
@@ -237,6 +250,7 @@ Result<std::vector<double>> RopeFrequencies(const RopeConfig& c) {
     switch (c.scaling) {
       case RopeScaling::kNone:
       case RopeScaling::kNtk:
+      case RopeScaling::kDynamicHf:
         freqs[i] = theta;
         break;
       case RopeScaling::kLinear:  // ref: https://arxiv.org/abs/2306.15595

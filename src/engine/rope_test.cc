@@ -90,6 +90,8 @@ const char* Name(RopeScaling s) {
       return "yarn_hf";
     case RopeScaling::kLlama3:
       return "llama3";
+    case RopeScaling::kDynamicHf:
+      return "dynamic_hf";
   }
   return "?";
 }
@@ -707,6 +709,40 @@ TEST(RopeScaling, YarnHfRampsOverWholePairIndices) {
   EXPECT_DOUBLE_EQ(t->AttentionFactor(), 0.1 * std::log(4.0) + 1.0);
   c.attention_factor = 1.25;
   EXPECT_DOUBLE_EQ(RopeTable::Make(c, 4)->AttentionFactor(), 1.25);
+}
+
+// transformers' dynamic NTK: plain RoPE up to the original context L; past it the base grows so
+// that the highest frequency stays and the lowest is divided by exactly s S / L - (s - 1).
+TEST(RopeScaling, DynamicHfIsPlainUpToTheContextThenRescalesTheBaseForTheLength) {
+  RopeConfig c;
+  c.head_dim = c.rotary_dim = 64;
+  c.base = 10000.0;
+  c.scaling = RopeScaling::kDynamicHf;
+  c.factor = 4.0;
+  c.original_context = 1024;
+  RopeConfig plain = c;
+  plain.scaling = RopeScaling::kNone;
+  plain.factor = 1.0;
+  const std::vector<double> f0 = *RopeFrequencies(plain);
+  for (int64_t len : {0, 1, 1000, 1024}) {
+    c.dynamic_length = len;
+    EXPECT_EQ(*RopeFrequencies(c), f0) << len;
+  }
+  c.dynamic_length = 2048;
+  const std::vector<double> f = *RopeFrequencies(c);
+  const double shrink = 4.0 * 2048 / 1024 - 3.0;  // 5
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  EXPECT_NEAR(f[31] / (f0[31] / shrink), 1.0, 1e-12);
+  for (int i = 1; i < 32; ++i) {
+    const double base = 10000.0 * std::pow(shrink, 64.0 / 62.0);
+    EXPECT_NEAR(f[i] / std::pow(base, -2.0 * i / 64.0), 1.0, 1e-12) << i;
+    EXPECT_LT(f[i], f0[i]) << i;
+  }
+  c.rotary_dim = 2;
+  EXPECT_FALSE(ValidateRope(c).ok());
+  c.rotary_dim = 64;
+  c.original_context = 0;
+  EXPECT_FALSE(ValidateRope(c).ok());
 }
 
 }  // namespace

@@ -183,6 +183,8 @@ class GgufFile {
   const GgufTensorInfo* FindTensor(std::string_view name) const;
   // The raw bytes of a tensor of this file.
   std::span<const uint8_t> Bytes(const GgufTensorInfo& t) const;
+  // Keeps the file's bytes (its mapping) alive for as long as the caller holds it.
+  std::shared_ptr<const void> keepalive() const { return storage_; }
 
   // Every element as float, in ggml order (dims[0] fastest). out.size() must be t.numel()
   // (else InvalidArgument); an undequantizable type is InvalidArgument "unsupported GGUF tensor

@@ -3,8 +3,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
+#include <numbers>
 #include <string_view>
+#include <vector>
 
 #include "core/printable.h"
 
@@ -82,6 +85,14 @@ class GgufTensorSource : public TensorSource {
     return Status::Ok();
   }
 
+  Mapped MappedBytes(const std::string& name) const override {
+    auto it = entries_.find(name);
+    if (it == entries_.end() || it->second.map != RowMap::kNone) return {};
+    const GgufTensorInfo& t = file_.tensors()[it->second.index];
+    if (t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) return {};
+    return {file_.Bytes(t), file_.keepalive()};
+  }
+
  private:
   GgufFile file_;
   std::map<std::string, Entry> entries_;
@@ -156,11 +167,6 @@ class Mapper {
       }
       head_dim_ = n_embd / n_head_;
     }
-    if (f_.FindTensor("rope_freqs.weight") != nullptr) {
-      return Fail(
-          "tensor 'rope_freqs.weight' (per-frequency RoPE factors, Llama 3.1-style "
-          "rope scaling) is not supported yet");
-    }
     const GgufTensorInfo* embd = f_.FindTensor("token_embd.weight");
     if (embd == nullptr) return Fail("no tensor 'token_embd.weight' (the token embedding)");
     if (embd->dims.size() != 2) return Fail("tensor 'token_embd.weight' is not 2-dimensional");
@@ -185,6 +191,13 @@ class Mapper {
     }
     c["rope_theta"] = theta;
     ATTNLAB_ASSIGN_OR_RETURN(c["rope_scaling"], RopeScaling());
+    if (const GgufTensorInfo* rf = f_.FindTensor("rope_freqs.weight"); rf != nullptr && !neox) {
+      if (!c["rope_scaling"].is_null()) {
+        return Fail("tensor 'rope_freqs.weight' and " + Key("rope.scaling.type") +
+                    " both scale RoPE; a file has one or the other");
+      }
+      ATTNLAB_ASSIGN_OR_RETURN(c["rope_scaling"], Llama3FromRopeFreqs(*rf, theta, n_ctx));
+    }
     if (neox) {
       ATTNLAB_ASSIGN_OR_RETURN(const double eps, Float(Key("attention.layer_norm_epsilon")));
       c["layer_norm_eps"] = eps;
@@ -286,6 +299,7 @@ class Mapper {
     std::map<std::string, Entry> entries;
     for (size_t i = 0; i < f_.tensors().size(); ++i) {
       const GgufTensorInfo& t = f_.tensors()[i];
+      if (t.name == "rope_freqs.weight" && !neox) continue;  // read into rope_scaling above
       Entry e;
       e.index = i;
       ATTNLAB_ASSIGN_OR_RETURN(const std::string hf, HfName(t.name, n_layer, &e));
@@ -300,6 +314,66 @@ class Mapper {
   }
 
  private:
+  // llama.cpp's converter stores Llama 3.1-style scaling as tensor rope_freqs.weight [d/2], the
+  // divisor of each frequency (1, factor, or the blend; convert_hf_to_gguf.py's LlamaModel),
+  // and keeps none of factor, low/high_freq_factor and the original context. They are found
+  // back: factor = the largest divisor, low/high = 1/4 (every Llama 3.x release), the original
+  // context L among the powers of two 2^4..2^20 and n_ctx / factor; the L whose divisors,
+  // recomputed as the converter does (float32 frequencies), match the tensor to 1e-4 gives the
+  // rope_scaling ({"rope_type": "llama3", ...}). Any other tensor is refused.
+  Result<json> Llama3FromRopeFreqs(const GgufTensorInfo& t, double theta, int64_t n_ctx) const {
+    const int64_t pairs = head_dim_ / 2;
+    if (t.dims.size() != 1 || t.dims[0] != pairs) {
+      return Fail("tensor 'rope_freqs.weight' must hold head_dim / 2 = " + std::to_string(pairs) +
+                  " values");
+    }
+    std::vector<float> f(static_cast<size_t>(pairs));
+    ATTNLAB_RETURN_IF_ERROR(f_.ReadFloat(t, f));
+    float factor = 0;
+    for (float x : f) {
+      if (!std::isfinite(x) || x < 1.0f - 1e-6f) {
+        return Fail("tensor 'rope_freqs.weight' has a divisor " + std::to_string(x) +
+                    " (llama3 scaling has divisors >= 1)");
+      }
+      factor = std::max(factor, x);
+    }
+    if (factor <= 1.0f + 1e-6f) return json(nullptr);  // all ones: plain RoPE
+    const double lo = 1.0, hi = 4.0, s = factor;
+    auto divisors = [&](double L) {
+      std::vector<double> d(static_cast<size_t>(pairs));
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+        const float freq = 1.0f / std::pow(static_cast<float>(theta), e);
+        const double wavelen = 2 * std::numbers::pi / static_cast<double>(freq);
+        if (wavelen < L / hi) {
+          d[i] = 1.0;
+        } else if (wavelen > L / lo) {
+          d[i] = s;
+        } else {
+          const double smooth = (L / wavelen - lo) / (hi - lo);
+          d[i] = 1.0 / ((1 - smooth) / s + smooth);
+        }
+      }
+      return d;
+    };
+    std::vector<double> candidates;
+    for (int k = 4; k <= 20; ++k) candidates.push_back(std::ldexp(1.0, k));
+    candidates.push_back(std::round(static_cast<double>(n_ctx) / s));
+    for (double L : candidates) {
+      const std::vector<double> d = divisors(L);
+      bool same = true;
+      for (int64_t i = 0; i < pairs && same; ++i) same = std::fabs(d[i] - f[i]) <= 1e-4 * d[i];
+      if (same) {
+        return json{{"rope_type", "llama3"},        {"factor", s},
+                    {"low_freq_factor", lo},        {"high_freq_factor", hi},
+                    {"original_max_position_embeddings", static_cast<int64_t>(L)}};
+      }
+    }
+    return Fail("tensor 'rope_freqs.weight' holds per-frequency RoPE divisors that llama3's rule "
+                "(factor " + std::to_string(s) + ", low/high_freq_factor 1/4, any original "
+                "context 2^4..2^20) does not reproduce; attnlab cannot apply other divisors");
+  }
+
   Result<json> RopeScaling() const {
     const std::string tk = Key("rope.scaling.type");
     std::string type = "none";

@@ -694,7 +694,8 @@ TEST(GgufModel, RefusesWhatItCannotMap) {
               "tensor 'blk.0.attn_sinks.weight' has no Hugging Face name under architecture llama");
   GgufBuilder rope = LlamaBuilder("llama", &m, true, false);
   rope.F32Tensor("rope_freqs.weight", {4}, Iota(4, 1));
-  ExpectError(status(rope), "tensor 'rope_freqs.weight' (per-frequency RoPE factors");
+  ExpectError(status(rope),
+              "tensor 'rope_freqs.weight' and llama.rope.scaling.type both scale RoPE");
   GgufBuilder layer = LlamaBuilder("llama", &m, true, false);
   layer.F32Tensor("blk.2.ffn_norm.weight", {32}, Iota(32, 1));
   ExpectError(status(layer),
@@ -854,7 +855,9 @@ TEST(GgufCorpus, EverySeedLoadsOrIsRefusedWithItsMessage) {
       {"unsupported-type-q5k", "unsupported GGUF tensor type Q5_K in blk.0.attn_norm.weight"},
       {"unknown-architecture", "architecture 'mamba' is not supported"},
       {"unmapped-tensor", "tensor 'blk.0.attn_sinks.weight' has no Hugging Face name"},
-      {"rope-freqs", "tensor 'rope_freqs.weight' (per-frequency RoPE factors"},
+      {"rope-freqs", "tensor 'rope_freqs.weight' has a divisor -0.345873"},
+      {"rope-freqs-not-llama3",
+       "tensor 'rope_freqs.weight' holds per-frequency RoPE divisors that llama3's rule"},
       {"layer-out-of-range", "is in layer 7 but llama.block_count is 1"},
       {"missing-hyperparameter", "no metadata key 'llama.block_count'"},
   };
@@ -873,7 +876,7 @@ TEST(GgufCorpus, EverySeedLoadsOrIsRefusedWithItsMessage) {
     ExpectError(st, it->second, name);
     ++bad;
   }
-  EXPECT_EQ(valid, 5);
+  EXPECT_EQ(valid, 6);
   EXPECT_EQ(bad, static_cast<int>(refused.size()));
 }
 
@@ -885,6 +888,13 @@ TEST(GgufCorpus, ValidSeedsMapToTheirHfNames) {
   EXPECT_EQ(l->tensors->Find("model.layers.0.self_attn.q_proj.weight")->dtype, "Q8_0");
   EXPECT_EQ(l->hf_config["tie_word_embeddings"], true);
   EXPECT_EQ(l->vocabulary.tokens.size(), 6u);
+  // llama.cpp's Llama 3.1-style file: the divisors give back transformers' rope_scaling.
+  Result<GgufAsHf> r = OpenGgufAsHf((dir / "valid-llama3-rope-freqs").string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hf_config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(r->hf_config["rope_scaling"]["factor"], 8.0);
+  EXPECT_EQ(r->hf_config["rope_scaling"]["original_max_position_embeddings"], 16);
+  EXPECT_EQ(r->tensors->Find("rope_freqs.weight"), nullptr);  // not a parameter
   Result<GgufAsHf> n = OpenGgufAsHf((dir / "valid-gptneox").string());
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(n->hf_config["rotary_pct"], 0.25);

@@ -7,6 +7,7 @@
 
 #include "core/files.h"
 #include "formats/safetensors_folder.h"
+#include "model/matrix_weights.h"
 #include "model/parameters.h"
 
 namespace attnlab {
@@ -97,6 +98,12 @@ Status ReadRopeScaling(const ConfigReader& r, ModelConfig* c) {
     ATTNLAB_RETURN_IF_ERROR(s.Double("high_freq_factor", &c->rope_high_freq_factor));
     ATTNLAB_RETURN_IF_ERROR(
         s.Int("original_max_position_embeddings", &c->rope_original_context, true));
+  } else if (type == "dynamic") {
+    // L = max_position_embeddings, as transformers; the scaling exists to run past it, so the
+    // context attnlab allows grows to factor x L (transformers sets no limit at all).
+    c->rope_scaling = RopeScaling::kDynamicHf;
+    c->rope_original_context = c->context;
+    c->context = static_cast<int64_t>(std::ceil(factor * static_cast<double>(c->context)));
   } else if (type == "yarn") {
     c->rope_scaling = RopeScaling::kYarnHf;
     c->rope_original_context = c->context;
@@ -114,7 +121,7 @@ Status ReadRopeScaling(const ConfigReader& r, ModelConfig* c) {
     }
   } else {
     return s.Unsupported("unsupported rope_scaling type '" + type +
-                         "' (attnlab supports linear, llama3 and yarn)");
+                         "' (attnlab supports linear, dynamic, llama3 and yarn)");
   }
   return Status::Ok();
 }
@@ -271,6 +278,26 @@ Result<ModelConfig> HfDecoderConfig(const json& cfg, const std::string& name,
 
 namespace {
 
+// CheckFinite (loaded_model.h) for n stored elements of `type`, with the same message.
+Status CheckFiniteStored(const uint8_t* p, int64_t n, KvDtype type, const std::string& what,
+                         const std::string& tensor) {
+  if (type == KvDtype::kF32) {
+    return CheckFinite(reinterpret_cast<const float*>(p), n, what, tensor);
+  }
+  const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
+  const uint16_t exp = type == KvDtype::kBF16 ? 0x7f80 : 0x7c00;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((u[i] & exp) == exp) {
+      const float x = type == KvDtype::kBF16 ? Bf16ToFloat(u[i]) : F16ToFloat(u[i]);
+      const char* kind = std::isnan(x) ? "NaN" : (x > 0 ? "+Inf" : "-Inf");
+      return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind +
+                                     " at index " + std::to_string(i) + " (of " +
+                                     std::to_string(n) + " values)");
+    }
+  }
+  return Status::Ok();
+}
+
 // Reads HF tensors into the parameter store, remembering which were used.
 class TensorMapper {
  public:
@@ -309,6 +336,51 @@ class TensorMapper {
     }
     return Status::Ok();
   }
+  // The 16-bit type a matrix keeps (F16/BF16 as stored), or kF32 for anything else.
+  KvDtype StoredType(const std::string& name) const {
+    const SourceTensorInfo* info = src_.Find(name);
+    if (info && info->dtype == "BF16") return KvDtype::kBF16;
+    if (info && info->dtype == "F16") return KvDtype::kF16;
+    return KvDtype::kF32;
+  }
+  // An nn.Linear weight [out, in] as the next row block of *w (matrix_weights.h): in place in
+  // the mapped file where the format stores it as is (F32/F16/BF16, aligned), else an owned copy
+  // in its stored 16-bit type (exact: the values came from it) or in fp32. Non-finite values are
+  // an error, as on the fp32 path.
+  Status AddBlock(const std::string& name, int64_t out, int64_t in, MatrixWeights* mw,
+                  internal::WeightMatrix* w) {
+    const SourceTensorInfo* info = src_.Find(name);
+    const KvDtype type = StoredType(name);
+    const TensorSource::Mapped mapped = src_.MappedBytes(name);
+    const size_t elem = static_cast<size_t>(KvDtypeBytes(type));
+    if (info && info->shape == std::vector<int64_t>{out, in} && !mapped.bytes.empty() &&
+        mapped.bytes.size() == static_cast<size_t>(out * in) * elem &&
+        reinterpret_cast<uintptr_t>(mapped.bytes.data()) % elem == 0) {
+      ATTNLAB_RETURN_IF_ERROR(CheckFiniteStored(mapped.bytes.data(), out * in, type, info->file, name));
+      used_.insert(name);
+      mw->keep.push_back(mapped.keepalive);
+      mw->mapped_bytes += out * in * static_cast<int64_t>(elem);
+      w->blocks.push_back({mapped.bytes.data(), type, out});
+      w->rows += out;
+      w->cols = in;
+      return Status::Ok();
+    }
+    ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> v, Read(name, {out, in}));
+    AddOwned(v.data(), out, in, type, mw, w);
+    return Status::Ok();
+  }
+  // rows x cols floats (exactly representable in `type`) as an owned block of *w.
+  static void AddOwned(const float* v, int64_t rows, int64_t cols, KvDtype type,
+                       MatrixWeights* mw, internal::WeightMatrix* w) {
+    const int64_t n = rows * cols;
+    auto buf = std::make_shared<AlignedBuffer<float>>(
+        static_cast<size_t>((n * KvDtypeBytes(type) + 3) / 4));
+    ConvertToKvDtype(v, n, type, buf->data());
+    w->blocks.push_back({buf->data(), type, rows});
+    w->rows += rows;
+    w->cols = cols;
+    mw->keep.push_back(std::move(buf));
+  }
   bool Has(const std::string& name) const { return src_.Find(name) != nullptr; }
   // Every tensor of the source that was not used and is not a known non-parameter buffer.
   Status CheckAllUsed() const {
@@ -335,15 +407,13 @@ class TensorMapper {
   std::set<std::string> used_;
 };
 
-Status MapLlamaLayer(TensorMapper& t, const ModelConfig& c, int64_t l, const LayerParams& p) {
+// Layer l's vectors (norm gains, q/k/v biases, q/k norms): the same on both paths.
+Status MapLlamaVectors(TensorMapper& t, const ModelConfig& c, int64_t l, const LayerParams& p) {
   const int64_t C = c.d_model, H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim();
-  const int64_t A = c.attn_dim(), Q = c.qkv_dim(), F = c.hidden();
+  const int64_t A = c.attn_dim();
   const std::string h = "model.layers." + std::to_string(l) + ".";
   ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "input_layernorm.weight", {C}, p.ln1_w));
-  ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "self_attn.q_proj.weight", H * hd, C, p.qkv_w, Q, 0));
-  ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "self_attn.k_proj.weight", Hkv * hd, C, p.qkv_w, Q, A));
-  ATTNLAB_RETURN_IF_ERROR(
-      t.Transpose(h + "self_attn.v_proj.weight", Hkv * hd, C, p.qkv_w, Q, A + Hkv * hd));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "post_attention_layernorm.weight", {C}, p.ln2_w));
   if (p.qkv_b) {
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.q_proj.bias", {H * hd}, p.qkv_b));
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.k_proj.bias", {Hkv * hd}, p.qkv_b + A));
@@ -354,8 +424,19 @@ Status MapLlamaLayer(TensorMapper& t, const ModelConfig& c, int64_t l, const Lay
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.q_norm.weight", {hd}, p.q_norm));
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.k_norm.weight", {hd}, p.k_norm));
   }
+  return Status::Ok();
+}
+
+Status MapLlamaLayer(TensorMapper& t, const ModelConfig& c, int64_t l, const LayerParams& p) {
+  const int64_t C = c.d_model, H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim();
+  const int64_t A = c.attn_dim(), Q = c.qkv_dim(), F = c.hidden();
+  const std::string h = "model.layers." + std::to_string(l) + ".";
+  ATTNLAB_RETURN_IF_ERROR(MapLlamaVectors(t, c, l, p));
+  ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "self_attn.q_proj.weight", H * hd, C, p.qkv_w, Q, 0));
+  ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "self_attn.k_proj.weight", Hkv * hd, C, p.qkv_w, Q, A));
+  ATTNLAB_RETURN_IF_ERROR(
+      t.Transpose(h + "self_attn.v_proj.weight", Hkv * hd, C, p.qkv_w, Q, A + Hkv * hd));
   ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "self_attn.o_proj.weight", C, A, p.proj_w, C, 0));
-  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "post_attention_layernorm.weight", {C}, p.ln2_w));
   ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "mlp.gate_proj.weight", F, C, p.fc_w, 2 * F, 0));
   ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "mlp.up_proj.weight", F, C, p.fc_w, 2 * F, F));
   return t.Transpose(h + "mlp.down_proj.weight", C, F, p.fcproj_w, C, 0);
@@ -391,6 +472,57 @@ Status MapNeoxLayer(TensorMapper& t, const ModelConfig& c, int64_t l, const Laye
   ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "mlp.dense_h_to_4h.weight", F, C, p.fc_w, F, 0));
   ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "mlp.dense_h_to_4h.bias", {F}, p.fc_b));
   ATTNLAB_RETURN_IF_ERROR(t.Transpose(h + "mlp.dense_4h_to_h.weight", C, F, p.fcproj_w, C, 0));
+  return t.Copy(h + "mlp.dense_4h_to_h.bias", {C}, p.fcproj_b);
+}
+
+// The 16-bit path (LoadOptions::keep_16bit): layer l's vectors into the store (as
+// MapLlamaLayer, whose matrix pointers are null here) and its matrices into *lm, rows in
+// nn.Linear's order: q | k | v, o, gate | up, down.
+Status MapLlamaLayerMatrices(TensorMapper& t, const ModelConfig& c, int64_t l,
+                             const LayerParams& p, MatrixWeights* mw, LayerMatrices* lm) {
+  const int64_t C = c.d_model, H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim();
+  const int64_t A = c.attn_dim(), F = c.hidden();
+  const std::string h = "model.layers." + std::to_string(l) + ".";
+  ATTNLAB_RETURN_IF_ERROR(MapLlamaVectors(t, c, l, p));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "self_attn.q_proj.weight", H * hd, C, mw, &lm->qkv));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "self_attn.k_proj.weight", Hkv * hd, C, mw, &lm->qkv));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "self_attn.v_proj.weight", Hkv * hd, C, mw, &lm->qkv));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "self_attn.o_proj.weight", C, A, mw, &lm->proj));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "mlp.gate_proj.weight", F, C, mw, &lm->fc));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "mlp.up_proj.weight", F, C, mw, &lm->fc));
+  return t.AddBlock(h + "mlp.down_proj.weight", C, F, mw, &lm->fcproj);
+}
+
+Status MapNeoxLayerMatrices(TensorMapper& t, const ModelConfig& c, int64_t l,
+                            const LayerParams& p, MatrixWeights* mw, LayerMatrices* lm) {
+  const int64_t C = c.d_model, H = c.n_head, hd = c.head_dim(), A = c.attn_dim(), F = c.hidden();
+  const std::string h = "gpt_neox.layers." + std::to_string(l) + ".";
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "input_layernorm.weight", {C}, p.ln1_w));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "input_layernorm.bias", {C}, p.ln1_b));
+  {
+    // query_key_value rows [H, 3, hd] regrouped to q | k | v (as MapNeoxLayer): an owned copy.
+    const std::string qkv = h + "attention.query_key_value.";
+    ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> w, t.Read(qkv + "weight", {3 * A, C}));
+    ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> b, t.Read(qkv + "bias", {3 * A}));
+    std::vector<float> rows(w.size());
+    for (int64_t head = 0; head < H; ++head) {
+      for (int64_t part = 0; part < 3; ++part) {
+        for (int64_t e = 0; e < hd; ++e) {
+          const int64_t r = head * 3 * hd + part * hd + e, to = part * A + head * hd + e;
+          std::copy(w.begin() + r * C, w.begin() + (r + 1) * C, rows.begin() + to * C);
+          p.qkv_b[to] = b[r];
+        }
+      }
+    }
+    TensorMapper::AddOwned(rows.data(), 3 * A, C, t.StoredType(qkv + "weight"), mw, &lm->qkv);
+  }
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "attention.dense.weight", C, A, mw, &lm->proj));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "attention.dense.bias", {C}, p.proj_b));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "post_attention_layernorm.weight", {C}, p.ln2_w));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "post_attention_layernorm.bias", {C}, p.ln2_b));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "mlp.dense_h_to_4h.weight", F, C, mw, &lm->fc));
+  ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "mlp.dense_h_to_4h.bias", {F}, p.fc_b));
+  ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "mlp.dense_4h_to_h.weight", C, F, mw, &lm->fcproj));
   return t.Copy(h + "mlp.dense_4h_to_h.bias", {C}, p.fcproj_b);
 }
 
@@ -453,7 +585,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensors(const 
 }  // namespace
 
 Result<LoadedModel> LoadHfDecoder(const json& cfg, const std::string& config_name,
-                                  const TensorSource& tensors, const std::string& path) {
+                                  const TensorSource& tensors, const std::string& path,
+                                  const LoadOptions& options) {
   LoadedModel m;
   ATTNLAB_ASSIGN_OR_RETURN(m.config, HfDecoderConfig(cfg, config_name, &m.notes));
   const ModelConfig& c = m.config;
@@ -474,34 +607,58 @@ Result<LoadedModel> LoadHfDecoder(const json& cfg, const std::string& config_nam
                                      ShapeStr(shape));
     }
   }
-  m.params = ParameterStore(c);
-  const ModelParams& P = m.params.ptrs();
   TensorMapper t(tensors, type);
   const int64_t V = c.vocab_size, C = c.d_model;
-  ATTNLAB_RETURN_IF_ERROR(t.Copy(embed, {V, C}, P.wte));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerParams& p = P.layers[l];
-    ATTNLAB_RETURN_IF_ERROR(neox ? MapNeoxLayer(t, c, l, p) : MapLlamaLayer(t, c, l, p));
+  // 16-bit matrices when asked for and the file stores its embedding as BF16/F16 (a released
+  // model's matrices share one dtype; any other tensor is still read in whatever it is stored).
+  const bool keep16 = options.keep_16bit && t.StoredType(embed) != KvDtype::kF32;
+  m.params = ParameterStore(c, keep16 ? ParameterStore::Matrices::kOutside
+                                      : ParameterStore::Matrices::kInside);
+  const ModelParams& P = m.params.ptrs();
+  if (keep16) {
+    auto mw = std::make_shared<MatrixWeights>();
+    mw->layers.resize(static_cast<size_t>(c.n_layer));
+    ATTNLAB_RETURN_IF_ERROR(t.AddBlock(embed, V, C, mw.get(), &mw->embed));
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerParams& p = P.layers[l];
+      LayerMatrices* lm = &mw->layers[static_cast<size_t>(l)];
+      ATTNLAB_RETURN_IF_ERROR(neox ? MapNeoxLayerMatrices(t, c, l, p, mw.get(), lm)
+                                   : MapLlamaLayerMatrices(t, c, l, p, mw.get(), lm));
+    }
+    if (c.tie_embeddings) {
+      mw->head = mw->embed;
+    } else {
+      ATTNLAB_RETURN_IF_ERROR(t.AddBlock(head, V, C, mw.get(), &mw->head));
+    }
+    m.meta["weights"] = json{{"linear_dtype", std::string(KvDtypeName(mw->embed.blocks[0].dtype))},
+                             {"linear_bytes", mw->bytes()},
+                             {"mapped_bytes", mw->mapped_bytes}};
+    m.matrices = std::move(mw);
+  } else {
+    ATTNLAB_RETURN_IF_ERROR(t.Copy(embed, {V, C}, P.wte));
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerParams& p = P.layers[l];
+      ATTNLAB_RETURN_IF_ERROR(neox ? MapNeoxLayer(t, c, l, p) : MapLlamaLayer(t, c, l, p));
+    }
+    if (!c.tie_embeddings) ATTNLAB_RETURN_IF_ERROR(t.Copy(head, {V, C}, P.lm_head));
   }
   ATTNLAB_RETURN_IF_ERROR(t.Copy(final_norm + "weight", {C}, P.lnf_w));
   if (P.lnf_b) ATTNLAB_RETURN_IF_ERROR(t.Copy(final_norm + "bias", {C}, P.lnf_b));
-  if (!c.tie_embeddings) {
-    ATTNLAB_RETURN_IF_ERROR(t.Copy(head, {V, C}, P.lm_head));
-  } else if (t.Has(head)) {
+  if (c.tie_embeddings && t.Has(head)) {
     m.notes.push_back(head + " is ignored: config.json says tie_word_embeddings (the head is " +
                       embed + ", as in transformers)");
   }
   ATTNLAB_RETURN_IF_ERROR(t.CheckAllUsed());
   m.format = "hf-" + type;
   m.path = path;
-  m.meta = json{{"model_type", type}};
+  m.meta["model_type"] = type;
   std::map<std::string, int64_t> dtypes;
   for (const std::string& n : tensors.Names()) dtypes[tensors.Find(n)->dtype]++;
   m.meta["tensor_dtypes"] = dtypes;
   return m;
 }
 
-Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir) {
+Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir, const LoadOptions& options) {
   const std::string cfg_path = dir + "/config.json";
   ATTNLAB_ASSIGN_OR_RETURN(std::string text, ReadFileToString(cfg_path, int64_t{16} << 20));
   const json cfg = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -509,7 +666,7 @@ Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir) {
     return Status::InvalidArgument(cfg_path + ": not a JSON object");
   }
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> src, OpenSafetensorsSource(dir));
-  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m, LoadHfDecoder(cfg, cfg_path, *src, dir));
+  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m, LoadHfDecoder(cfg, cfg_path, *src, dir, options));
   // The folder's tokenizer.json (with tokenizer_config.json) travels as a tokenizer spec
   // (tokenizer_spec.h's {"type": "hf"}), so every command finds it without --tokenizer.
   if (KindOf(dir + "/tokenizer.json") == PathKind::kFile) {

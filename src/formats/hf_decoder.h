@@ -18,16 +18,18 @@
 //                  "gelu" exact erf, "gelu_new"/"gelu_pytorch_tanh" tanh), partial rotary
 //                  rotary_dim = head_dim * rotary_pct, base rotary_emb_base, parallel residual
 //                  (use_parallel_residual, default true)
-//   rope_scaling   {"rope_type" or "type": "linear" | "llama3" | "yarn"} with factor,
+//   rope_scaling   {"rope_type" or "type": "linear" | "llama3" | "yarn" | "dynamic"} with factor,
 //                  low_freq_factor, high_freq_factor, original_max_position_embeddings,
-//                  attention_factor: rope.h's kLinear, kLlama3, kYarnHf. "dynamic" and others
-//                  are an error naming the type
+//                  attention_factor: rope.h's kLinear, kLlama3, kYarnHf, kDynamicHf (dynamic:
+//                  context = factor x max_position_embeddings). Others ("longrope", ...) are
+//                  an error naming the type
 //   sliding window mistral: sliding_window (a key j is visible to query i iff i - j <
 //                  sliding_window, so attention_window = sliding_window - 1); qwen2/qwen3:
 //                  use_sliding_window with max_window_layers (layers >= it are windowed);
 //                  layer_types ["sliding_attention" | "full_attention", ...] wherever given
 //
-// Tensor names (HF [out, in] weights are transposed into attnlab's [in, out]):
+// Tensor names (HF [out, in] weights are transposed into attnlab's [in, out]; with
+// LoadOptions::keep_16bit they stay [out, in] as MatrixWeights' row blocks instead):
 //   model.embed_tokens.weight [V, C]                       -> wte
 //   model.layers.N.input_layernorm.weight                  -> h.N.ln1.weight
 //   model.layers.N.self_attn.{q,k,v}_proj.{weight,bias}    -> h.N.attn.qkv.{weight,bias} (q|k|v)
@@ -65,11 +67,14 @@ Result<ModelConfig> HfDecoderConfig(const nlohmann::json& cfg, const std::string
                                     std::vector<std::string>* notes);
 
 // The model from a parsed config.json and its tensors. `path` is what LoadedModel::path says.
+// options.keep_16bit: BF16/F16 linear layers stay 16-bit (LoadedModel::matrices), mapped from
+// the file where its layout allows.
 Result<LoadedModel> LoadHfDecoder(const nlohmann::json& cfg, const std::string& config_name,
-                                  const TensorSource& tensors, const std::string& path);
+                                  const TensorSource& tensors, const std::string& path,
+                                  const LoadOptions& options = {});
 
 // A folder with config.json (model_type one of the above) and safetensors weights.
-Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir);
+Result<LoadedModel> LoadHfDecoderFolder(const std::string& dir, const LoadOptions& options = {});
 
 }  // namespace attnlab
 

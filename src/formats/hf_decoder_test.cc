@@ -107,9 +107,14 @@ TEST(HfDecoderConfig, RopeScalingTypes) {
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
   EXPECT_EQ(Convert(j)->rope_scaling, RopeScaling::kYarnHf);
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_EQ(Convert(j)->rope_scaling, RopeScaling::kDynamicHf);
+  EXPECT_EQ(Convert(j)->rope_factor, 2.0);
+  EXPECT_EQ(Convert(j)->rope_original_context, j["max_position_embeddings"].get<int64_t>());
+  EXPECT_EQ(Convert(j)->context, 2 * j["max_position_embeddings"].get<int64_t>());
+  j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
   auto bad = Convert(j);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("rope_scaling type 'dynamic'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("rope_scaling type 'longrope'"), std::string::npos);
   j["rope_scaling"] = nullptr;
   EXPECT_EQ(Convert(j)->rope_scaling, RopeScaling::kNone);
 }

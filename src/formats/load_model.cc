@@ -21,10 +21,10 @@ constexpr char kModelFile[] = "model.safetensors";
 // A GGUF file: its metadata as the Hugging Face config.json it stands for, its tensors under HF
 // names (gguf_model.h), through the one decoder loader; the embedded vocabulary travels as a
 // tokenizer spec (tokenizer_spec.h's {"type": "embedded"}).
-Result<LoadedModel> LoadGgufModel(const std::string& path) {
+Result<LoadedModel> LoadGgufModel(const std::string& path, const LoadOptions& options) {
   ATTNLAB_ASSIGN_OR_RETURN(GgufAsHf g, OpenGgufAsHf(path));
-  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m,
-                           LoadHfDecoder(g.hf_config, path + " (GGUF metadata)", *g.tensors, path));
+  ATTNLAB_ASSIGN_OR_RETURN(LoadedModel m, LoadHfDecoder(g.hf_config, path + " (GGUF metadata)",
+                                                        *g.tensors, path, options));
   m.format = "gguf";
   m.meta["gguf_architecture"] = g.architecture;
   m.meta["hf_config"] = g.hf_config;
@@ -55,7 +55,7 @@ Result<std::string> HfModelType(const std::string& cfg_path) {
 }
 }  // namespace
 
-Result<LoadedModel> LoadAnyModel(const std::string& path) {
+Result<LoadedModel> LoadAnyModel(const std::string& path, const LoadOptions& options) {
   const std::string expected =
       "expected an attnlab checkpoint directory (config.json with \"format\": "
       "\"attnlab-checkpoint\"), a Hugging Face GPT-2 directory (model.safetensors [+ "
@@ -95,7 +95,7 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
         ATTNLAB_ASSIGN_OR_RETURN(const bool is_checkpoint, IsCheckpointConfigFile(cfg));
         if (is_checkpoint) return from_checkpoint(dir);
         ATTNLAB_ASSIGN_OR_RETURN(const std::string model_type, HfModelType(cfg));
-        if (model_type != "" && model_type != "gpt2") return LoadHfDecoderFolder(dir);
+        if (model_type != "" && model_type != "gpt2") return LoadHfDecoderFolder(dir, options);
       }
       if (KindOf(dir + "/" + kModelFile) == PathKind::kFile) return LoadHfGpt2(dir);
       if (KindOf(dir + "/pytorch_model.bin") == PathKind::kFile) {
@@ -124,7 +124,7 @@ Result<LoadedModel> LoadAnyModel(const std::string& path) {
     std::memcpy(&magic, first.data(), 4);
     if (magic == kLlmcMagic) return LoadLlmc(path);
   }
-  if (first.rfind("GGUF", 0) == 0) return LoadGgufModel(path);
+  if (first.rfind("GGUF", 0) == 0) return LoadGgufModel(path, options);
   if (first.size() >= 9 && first[8] == '{') return LoadHfGpt2(path);
   if (BaseName(path) == kConfigFile) {
     auto is_checkpoint = IsCheckpointConfigFile(path);

@@ -38,10 +38,15 @@ Status CopyParameters(const ParameterStore& src, ParameterStore* dst) {
 }
 
 Result<std::unique_ptr<Gpt>> MakeGpt(LoadedModel&& m) {
-  return Gpt::Create(m.config, std::move(m.params));
+  return Gpt::Create(m.config, std::move(m.params), std::move(m.matrices));
 }
 
 Result<std::unique_ptr<Gpt>> MakeGpt(const LoadedModel& m) {
+  if (m.matrices) {
+    ParameterStore p(m.config, ParameterStore::Matrices::kOutside);
+    ATTNLAB_RETURN_IF_ERROR(CopyParameters(m.params, &p));
+    return Gpt::Create(m.config, std::move(p), m.matrices);
+  }
   ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(m.config));
   ATTNLAB_RETURN_IF_ERROR(CopyParameters(m.params, &gpt->params()));
   return gpt;

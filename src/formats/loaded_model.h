@@ -12,17 +12,28 @@
 
 #include "attnlab/model_config.h"
 #include "attnlab/status.h"
+#include "model/matrix_weights.h"
 #include "model/parameters.h"
 
 namespace attnlab {
 
 class Gpt;
 
+// How a loader may hold the weights.
+struct LoadOptions {
+  // Inference only: a model whose linear layers are stored as BF16/F16 keeps them 16-bit, read
+  // in place from the mapped file where its layout allows (LoadedModel::matrices). Off: every
+  // weight widened to fp32 in params (what training needs).
+  bool keep_16bit = false;
+};
+
 // A model ready to run: Gpt::Create(config), then CopyParameters(params, &gpt->params()) (or
 // MakeGpt, which does both).
 struct LoadedModel {
   ModelConfig config;
-  ParameterStore params;  // laid out by ParameterLayout(config)
+  ParameterStore params;  // laid out by ParameterLayout(config), or MatrixFreeLayout(config)
+                          // when matrices holds the linear layers
+  std::shared_ptr<const MatrixWeights> matrices;  // 16-bit linear layers (LoadOptions); or null
   std::string format;     // "attnlab-checkpoint", "hf-gpt2" or "llm.c"
   std::string path;       // what was read (e.g. DIR.old, or DIR/model.safetensors)
   nlohmann::json meta =
@@ -33,7 +44,7 @@ struct LoadedModel {
 // Copies src into dst. InvalidArgument unless both have the same layout (names, shapes, offsets).
 Status CopyParameters(const ParameterStore& src, ParameterStore* dst);
 
-// Gpt::Create(m.config) with m.params copied in.
+// Gpt::Create(m.config) with m.params copied in (and m.matrices shared).
 Result<std::unique_ptr<Gpt>> MakeGpt(const LoadedModel& m);
 // The same, moving m.params into the model (no second copy of the weights).
 Result<std::unique_ptr<Gpt>> MakeGpt(LoadedModel&& m);

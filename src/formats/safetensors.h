@@ -86,6 +86,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The raw little-endian bytes of a tensor of this file.
   std::span<const uint8_t> Bytes(const SafetensorsTensor& t) const;
+  // Keeps the file's bytes (its mapping) alive for as long as the caller holds it.
+  std::shared_ptr<const void> keepalive() const { return storage_; }
 
   // The elements as float: F32 as is, F64 rounded to nearest, F16 and BF16 exactly. Other
   // dtypes are an InvalidArgument naming the file, the tensor and the dtype.

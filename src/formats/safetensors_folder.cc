@@ -44,6 +44,18 @@ class SafetensorsSource final : public TensorSource {
     return shards[e.shard].ReadFloat(*e.tensor, out.data(), static_cast<int64_t>(out.size()));
   }
 
+  Mapped MappedBytes(const std::string& name) const override {
+    auto it = entries.find(name);
+    if (it == entries.end()) return {};
+    const Entry& e = it->second;
+    const SafetensorsDtype d = e.tensor->dtype;
+    if (d != SafetensorsDtype::kF32 && d != SafetensorsDtype::kF16 &&
+        d != SafetensorsDtype::kBF16) {
+      return {};
+    }
+    return {shards[e.shard].Bytes(*e.tensor), shards[e.shard].keepalive()};
+  }
+
   Status Add(const std::string& name, size_t shard) {
     const SafetensorsTensor* t = shards[shard].Find(name);
     if (t == nullptr) {

@@ -11,6 +11,7 @@
 #define ATTNLAB_FORMATS_TENSOR_SOURCE_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +41,19 @@ class TensorSource {
   // The tensor's elements as float, row-major in its HF shape, into out (out.size() must equal
   // numel: else InvalidArgument). Errors name the file and the tensor.
   virtual Status ReadFloat(const std::string& name, std::span<float> out) const = 0;
+
+  // The stored bytes of an F32, F16 or BF16 tensor that sits row-major in its HF shape in a
+  // memory-mapped file, and what keeps the mapping alive: how 16-bit models run from the file
+  // without a copy (model/matrix_weights.h). Empty bytes where the format must convert or
+  // reorder the tensor (GGUF's permuted Q/K rows, quantized blocks): use ReadFloat then.
+  struct Mapped {
+    std::span<const uint8_t> bytes;
+    std::shared_ptr<const void> keepalive;
+  };
+  virtual Mapped MappedBytes(const std::string& name) const {
+    (void)name;
+    return {};
+  }
 };
 
 }  // namespace attnlab

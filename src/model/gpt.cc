@@ -68,8 +68,9 @@ TensorView4<const T> Const(const TensorView4<T>& v) {
 
 }  // namespace
 
-Gpt::Gpt(const ModelConfig& config, ParameterStore&& params)
-    : config_(config), params_(std::move(params)) {}
+Gpt::Gpt(const ModelConfig& config, ParameterStore&& params,
+         std::shared_ptr<const MatrixWeights> matrices)
+    : config_(config), params_(std::move(params)), mats_(std::move(matrices)) {}
 
 void Gpt::EnsureGradients() {
   if (grads_.infos().empty()) grads_ = ParameterStore(config_);
@@ -80,9 +81,57 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config) {
   return Create(config, ParameterStore(config));
 }
 
+namespace {
+
+// The matrices a 16-bit model holds must have exactly the shapes the config implies.
+Status CheckMatrices(const ModelConfig& c, const MatrixWeights& m) {
+  const int64_t C = c.d_model, V = c.vocab_size;
+  auto check = [&](const internal::WeightMatrix& w, int64_t rows, int64_t cols,
+                   const std::string& what) -> Status {
+    if (w.rows != rows || w.cols != cols) {
+      return Status::InvalidArgument("16-bit weights: " + what + " is [" +
+                                     std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                                     "], the configuration implies [" + std::to_string(rows) +
+                                     ", " + std::to_string(cols) + "]");
+    }
+    return internal::ValidateWeightMatrix(w);
+  };
+  if (c.output_gate || c.sink_token || c.attention_type != AttentionType::kSoftmax) {
+    return Status::InvalidArgument(
+        "16-bit weights are for the released families' decoder (no output gate, sink token or "
+        "linear attention)");
+  }
+  ATTNLAB_RETURN_IF_ERROR(check(m.embed, V, C, "the embedding"));
+  ATTNLAB_RETURN_IF_ERROR(check(m.head, V, C, "the LM head"));
+  if (static_cast<int64_t>(m.layers.size()) != c.n_layer) {
+    return Status::InvalidArgument("16-bit weights: " + std::to_string(m.layers.size()) +
+                                   " layers, the configuration has " + std::to_string(c.n_layer));
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerMatrices& lm = m.layers[l];
+    const std::string h = "layer " + std::to_string(l) + " ";
+    ATTNLAB_RETURN_IF_ERROR(check(lm.qkv, c.qkv_dim(), C, h + "qkv"));
+    ATTNLAB_RETURN_IF_ERROR(check(lm.proj, C, c.attn_dim(), h + "proj"));
+    if (c.mlp) {
+      ATTNLAB_RETURN_IF_ERROR(check(lm.fc, c.fc_dim(), C, h + "fc"));
+      ATTNLAB_RETURN_IF_ERROR(check(lm.fcproj, C, c.hidden(), h + "fcproj"));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, ParameterStore&& params) {
+  return Create(config, std::move(params), nullptr);
+}
+
+Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, ParameterStore&& params,
+                                         std::shared_ptr<const MatrixWeights> matrices) {
   ATTNLAB_RETURN_IF_ERROR(ValidateModelConfig(config));
-  const std::vector<ParamInfo> want = ParameterLayout(config);
+  if (matrices) ATTNLAB_RETURN_IF_ERROR(CheckMatrices(config, *matrices));
+  const std::vector<ParamInfo> want =
+      matrices ? MatrixFreeLayout(config) : ParameterLayout(config);
   const auto& got = params.infos();
   bool same = want.size() == got.size();
   for (size_t i = 0; same && i < want.size(); ++i) {
@@ -90,7 +139,7 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, ParameterSto
            want[i].offset == got[i].offset;
   }
   if (!same) return Status::InvalidArgument("parameters laid out for another configuration");
-  std::unique_ptr<Gpt> g(new Gpt(config, std::move(params)));
+  std::unique_ptr<Gpt> g(new Gpt(config, std::move(params), std::move(matrices)));
   ATTNLAB_RETURN_IF_ERROR(g->Init());
   return g;
 }
@@ -98,7 +147,8 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config, ParameterSto
 Status Gpt::Init() {
   const ModelConfig& config = config_;
   if (config.position == PositionEncoding::kRope) {
-    const RopeConfig rc = MakeRopeConfig(config);
+    RopeConfig rc = MakeRopeConfig(config);
+    if (rc.scaling == RopeScaling::kDynamicHf) rc.dynamic_length = rc.original_context;
     // Sized for the common case; PlaceTokens grows it when a sequence reaches further (a
     // released model's context, 32k-128k positions, would otherwise cost hundreds of MB here).
     const int64_t positions = std::min<int64_t>(
@@ -389,10 +439,19 @@ Status Gpt::PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B
                               std::to_string(c.max_positions()) +
                               " positions); learned positions cannot extrapolate");
   }
-  if (rope_ && positions_.back() >= rope_->max_position()) {
-    ATTNLAB_ASSIGN_OR_RETURN(RopeTable bigger,
-                             RopeTable::Make(rope_->config(), 2 * positions_.back() + 1));
-    *rope_ = std::move(bigger);
+  if (rope_) {
+    RopeConfig rc = rope_->config();
+    int64_t size = rope_->max_position();
+    if (positions_.back() >= size) size = 2 * positions_.back() + 1;
+    // Dynamic NTK (rope.h): this forward's frequencies serve its length, last position + 1
+    // (a length up to the original context gives plain RoPE, so only longer ones rebuild).
+    if (rc.scaling == RopeScaling::kDynamicHf) {
+      rc.dynamic_length = std::max(positions_.back() + 1, rc.original_context);
+    }
+    if (size != rope_->max_position() || rc.dynamic_length != rope_->config().dynamic_length) {
+      ATTNLAB_ASSIGN_OR_RETURN(RopeTable table, RopeTable::Make(rc, size));
+      *rope_ = std::move(table);
+    }
   }
   return Status::Ok();
 }
@@ -405,8 +464,12 @@ void Gpt::EmbedForward() {
   pool()->ParallelFor(N, [&](int64_t n, int) {
     const int64_t t = n % Tm;
     float* row = x0 + n * C;
-    const float* src = tokens_[n] < 0 ? P.sink_token : P.wte + int64_t(tokens_[n]) * C;
-    for (int64_t i = 0; i < C; ++i) row[i] = src[i];
+    if (tokens_[n] >= 0 && mats_) {
+      internal::WeightRowToFloat(mats_->embed, tokens_[n], row);
+    } else {
+      const float* src = tokens_[n] < 0 ? P.sink_token : P.wte + int64_t(tokens_[n]) * C;
+      for (int64_t i = 0; i < C; ++i) row[i] = src[i];
+    }
     if (P.wpe) {
       const float* pe = P.wpe + positions_[t] * C;
       for (int64_t i = 0; i < C; ++i) row[i] += pe[i];
@@ -435,7 +498,11 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     norm.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
     a_in = a.ln1;
   }
-  LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
+  if (mats_) {
+    internal::MatmulWeightT(N, a_in, mats_->layers[l].qkv, lp.qkv_b, a.qkv, &tp);
+  } else {
+    LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
+  }
   if (c.qk_norm) QkNormForward(l);
   QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
   if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
@@ -464,7 +531,11 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     });
     attg = a.attg;
   }
-  LinearForward(N, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
+  if (mats_) {
+    internal::MatmulWeightT(N, attg, mats_->layers[l].proj, lp.proj_b, a.o, &tp);
+  } else {
+    LinearForward(N, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
+  }
   ResidualForward(norm, AttentionResidual(c, lp, a));
 
   seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
@@ -536,13 +607,21 @@ void Gpt::MlpBlockForward(int64_t l) {
                  a.ln2_rstd);
     m_in = a.ln2;
   }
-  LinearForward(N, C, c.fc_dim(), m_in, lp.fc_w, lp.fc_b, a.h, &tp);
+  if (mats_) {
+    internal::MatmulWeightT(N, m_in, mats_->layers[l].fc, lp.fc_b, a.h, &tp);
+  } else {
+    LinearForward(N, C, c.fc_dim(), m_in, lp.fc_w, lp.fc_b, a.h, &tp);
+  }
   switch (c.mlp_activation) {
     case MlpActivation::kGeluTanh: internal::GeluForward(N * F, a.h, a.gelu, &tp); break;
     case MlpActivation::kGeluErf: internal::GeluErfForward(N * F, a.h, a.gelu, &tp); break;
     case MlpActivation::kSwiGlu: internal::SwigluForward(N, F, a.h, a.gelu, &tp); break;
   }
-  LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
+  if (mats_) {
+    internal::MatmulWeightT(N, a.gelu, mats_->layers[l].fcproj, lp.fcproj_b, a.m, &tp);
+  } else {
+    LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
+  }
   ResidualForward(norm, MlpResidual(c, lp, a));
 }
 
@@ -619,8 +698,12 @@ void Gpt::HeadForward(const int32_t* targets, double* loss) {
                            a.lnf_rstd.data());
     xf = a.lnf.data();
   }
-  internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, N, V, C, 1.0f, xf, C, P.lm_head, C,
-                  0.0f, head_.values.data(), V, &tp);
+  if (mats_) {
+    internal::MatmulWeightT(N, xf, mats_->head, nullptr, head_.values.data(), &tp);
+  } else {
+    internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, N, V, C, 1.0f, xf, C, P.lm_head,
+                    C, 0.0f, head_.values.data(), V, &tp);
+  }
   head_.holds = HeadBuffer::Holds::kLogits;
   if (targets) {
     const double mean = internal::SoftmaxCrossEntropyForward(
@@ -879,6 +962,11 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
         "Forward again");
   }
   if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
+  if (mats_) {
+    return Status::InvalidArgument(
+        "this model keeps its weights in 16 bits for inference; training needs them in float32 "
+        "(load it for training, as train --from does)");
+  }
   EnsureGradients();
   const ModelConfig& c = config_;
   const int64_t N = N_, C = c.d_model, L = c.n_layer;

@@ -17,6 +17,7 @@
 #include "attnlab/status.h"
 #include "core/aligned_buffer.h"
 #include "cache/kv_cache.h"
+#include "model/matrix_weights.h"
 #include "model/parameters.h"
 
 namespace attnlab {
@@ -62,6 +63,11 @@ class Gpt {
   // The same with the given parameters, moved in (a loaded model's weights are not held twice).
   // InvalidArgument unless `params` has exactly ParameterLayout(config).
   static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config, ParameterStore&& params);
+  // An inference-only model whose linear layers' weights stay in their file's precision
+  // (matrix_weights.h; params laid out by MatrixFreeLayout): Forward and decode as above,
+  // Backward is refused. InvalidArgument unless every matrix has the config's shape.
+  static Result<std::unique_ptr<Gpt>> Create(const ModelConfig& config, ParameterStore&& params,
+                                             std::shared_ptr<const MatrixWeights> matrices);
 
   const ModelConfig& config() const { return config_; }
   ParameterStore& params() { return params_; }
@@ -73,6 +79,8 @@ class Gpt {
   }
 
   const RopeTable* rope() const { return rope_.get(); }
+  // The 16-bit matrices of an inference-only model; null when every weight is in params().
+  const MatrixWeights* matrices() const { return mats_.get(); }
 
   void set_pool(ThreadPool* pool) { pool_ = pool; }
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
@@ -129,7 +137,8 @@ class Gpt {
     float* m;           // [N, C] MLP output
   };
 
-  Gpt(const ModelConfig& config, ParameterStore&& params);
+  Gpt(const ModelConfig& config, ParameterStore&& params,
+      std::shared_ptr<const MatrixWeights> matrices);
   Status Init();  // the RoPE table
   void EnsureGradients();
   void EnsureActivations(int64_t B, int64_t Tm);
@@ -163,6 +172,7 @@ class Gpt {
 
   ModelConfig config_;
   ParameterStore params_, grads_;
+  std::shared_ptr<const MatrixWeights> mats_;  // null: every weight in params_
   std::unique_ptr<RopeTable> rope_;
   ThreadPool* pool_ = nullptr;
   ForwardObserver* observer_ = nullptr;

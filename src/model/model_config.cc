@@ -26,7 +26,8 @@ constexpr EnumNames<RopeScaling> kRopeScalingNames[] = {{RopeScaling::kNone, "no
                                                         {RopeScaling::kNtk, "ntk"},
                                                         {RopeScaling::kYarn, "yarn"},
                                                         {RopeScaling::kYarnHf, "yarn_hf"},
-                                                        {RopeScaling::kLlama3, "llama3"}};
+                                                        {RopeScaling::kLlama3, "llama3"},
+                                                        {RopeScaling::kDynamicHf, "dynamic_hf"}};
 constexpr EnumNames<NormPlacement> kNormNames[] = {
     {NormPlacement::kPre, "pre"}, {NormPlacement::kPost, "post"}, {NormPlacement::kNone, "none"}};
 constexpr EnumNames<NormType> kNormTypeNames[] = {{NormType::kLayerNorm, "layernorm"},

@@ -5,6 +5,18 @@
 
 namespace attnlab {
 
+namespace {
+
+void AssignOffsets(std::vector<ParamInfo>* infos) {
+  int64_t offset = 0;
+  for (ParamInfo& p : *infos) {
+    p.offset = offset;
+    offset += (p.size + 15) / 16 * 16;  // keep every slice 64-byte aligned
+  }
+}
+
+}  // namespace
+
 std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
   std::vector<ParamInfo> out;
   const int64_t C = c.d_model, F = c.hidden(), H = c.n_head, Q = c.qkv_dim(), V = c.vocab_size;
@@ -59,11 +71,26 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
     if (ln_bias) add("ln_f.bias", {C}, false, ParamInit::kZeros);
   }
   if (!c.tie_embeddings) add("lm_head", {V, C}, true, ParamInit::kNormal);
-  int64_t offset = 0;
-  for (ParamInfo& p : out) {
-    p.offset = offset;
-    offset += (p.size + 15) / 16 * 16;  // keep every slice 64-byte aligned
+  AssignOffsets(&out);
+  return out;
+}
+
+bool IsLinearMatrix(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return name == "wte" || name == "lm_head" || ends_with(".attn.qkv.weight") ||
+         ends_with(".attn.proj.weight") || ends_with(".mlp.fc.weight") ||
+         ends_with(".mlp.proj.weight");
+}
+
+std::vector<ParamInfo> MatrixFreeLayout(const ModelConfig& c) {
+  std::vector<ParamInfo> out;
+  for (ParamInfo& p : ParameterLayout(c)) {
+    if (!IsLinearMatrix(p.name)) out.push_back(std::move(p));
   }
+  AssignOffsets(&out);
   return out;
 }
 
@@ -73,7 +100,8 @@ int64_t ModelParameterCount(const ModelConfig& c) {
   return n;
 }
 
-ParameterStore::ParameterStore(const ModelConfig& c) : infos_(ParameterLayout(c)) {
+ParameterStore::ParameterStore(const ModelConfig& c, Matrices matrices)
+    : infos_(matrices == Matrices::kInside ? ParameterLayout(c) : MatrixFreeLayout(c)) {
   int64_t total = 0;
   for (size_t i = 0; i < infos_.size(); ++i) {
     index_[infos_[i].name] = i;

@@ -71,12 +71,20 @@ struct ModelParams {
 // The layout of every parameter a configuration implies, in a fixed order.
 std::vector<ParamInfo> ParameterLayout(const ModelConfig& c);
 
+// The linear layers' weight matrices (wte, lm_head, attn.qkv/proj.weight, mlp.fc/proj.weight):
+// what a 16-bit inference model keeps outside the store (model/matrix_weights.h).
+bool IsLinearMatrix(const std::string& name);
+// ParameterLayout(c) without them (offsets packed again): such a model's store.
+std::vector<ParamInfo> MatrixFreeLayout(const ModelConfig& c);
+
 // A flat buffer laid out by ParameterLayout plus typed pointers into it. Gradients and optimizer
 // moments use the same class, so slices line up one to one.
 class ParameterStore {
  public:
   ParameterStore() = default;
-  explicit ParameterStore(const ModelConfig& c);
+  // kOutside: laid out by MatrixFreeLayout, the matrices' pointers null (held by MatrixWeights).
+  enum class Matrices { kInside, kOutside };
+  explicit ParameterStore(const ModelConfig& c, Matrices matrices = Matrices::kInside);
   ParameterStore(ParameterStore&&) = default;
   ParameterStore& operator=(ParameterStore&&) = default;
 

@@ -1,0 +1,108 @@
+#include "engine/weight_gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnlab/thread_pool.h"
+#include "core/aligned_buffer.h"
+#include "engine/gemm.h"
+
+namespace attnlab::internal {
+
+namespace {
+
+// Rows per panel: about 1 MiB of widened fp32 weights (fits L2 next to a tile of x), a multiple
+// of 16, at least 16.
+int64_t PanelRows(int64_t cols) {
+  const int64_t rows = (int64_t{1} << 18) / std::max<int64_t>(1, cols);
+  return std::clamp<int64_t>(rows / 16 * 16, 16, 512);
+}
+
+struct Panel {
+  const WeightBlock* block;
+  int64_t row0;       // first row of the panel inside its block
+  int64_t rows;       // rows in the panel
+  int64_t out0;       // first row of the panel in W (= first column of y)
+};
+
+}  // namespace
+
+int64_t WeightMatrix::bytes() const {
+  int64_t n = 0;
+  for (const WeightBlock& b : blocks) n += b.rows * cols * KvDtypeBytes(b.dtype);
+  return n;
+}
+
+Status ValidateWeightMatrix(const WeightMatrix& w) {
+  if (w.cols <= 0 || w.rows <= 0 || w.blocks.empty()) {
+    return Status::InvalidArgument("weight matrix [" + std::to_string(w.rows) + ", " +
+                                   std::to_string(w.cols) + "] is empty");
+  }
+  int64_t rows = 0;
+  for (const WeightBlock& b : w.blocks) {
+    const auto align = static_cast<uintptr_t>(KvDtypeBytes(b.dtype));
+    if (b.data == nullptr || b.rows <= 0 || reinterpret_cast<uintptr_t>(b.data) % align != 0) {
+      return Status::InvalidArgument("weight matrix block of " + std::to_string(b.rows) +
+                                     " rows is null, empty or misaligned");
+    }
+    rows += b.rows;
+  }
+  if (rows != w.rows) {
+    return Status::InvalidArgument("weight matrix blocks hold " + std::to_string(rows) +
+                                   " rows, the matrix has " + std::to_string(w.rows));
+  }
+  return Status::Ok();
+}
+
+void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
+                   ThreadPool* pool) {
+  if (N <= 0) return;
+  ThreadPool& tp = pool ? *pool : DefaultThreadPool();
+  const int64_t K = w.cols, M = w.rows, step = PanelRows(K);
+  std::vector<Panel> panels;
+  int64_t out0 = 0;
+  for (const WeightBlock& b : w.blocks) {
+    for (int64_t r = 0; r < b.rows; r += step) {
+      panels.push_back({&b, r, std::min(step, b.rows - r), out0 + r});
+    }
+    out0 += b.rows;
+  }
+  std::vector<AlignedBuffer<float>> scratch(tp.num_threads());
+  tp.ParallelFor(static_cast<int64_t>(panels.size()), [&](int64_t t, int thread) {
+    const Panel& p = panels[t];
+    const size_t elem = static_cast<size_t>(KvDtypeBytes(p.block->dtype));
+    const void* src = static_cast<const char*>(p.block->data) + p.row0 * K * elem;
+    const float* wp;
+    if (p.block->dtype == KvDtype::kF32) {
+      wp = static_cast<const float*>(src);
+    } else {
+      AlignedBuffer<float>& s = scratch[thread];
+      if (s.size() < static_cast<size_t>(p.rows * K)) s.Resize(static_cast<size_t>(step * K));
+      ConvertFromKvDtype(src, p.rows * K, p.block->dtype, s.data());
+      wp = s.data();
+    }
+    // Inside a task the pool runs Sgemm's tiles inline, on this thread.
+    Sgemm(Trans::kNo, Trans::kYes, N, p.rows, K, 1.0f, x, K, wp, K, 0.0f, y + p.out0, M, &tp);
+    if (bias) {
+      for (int64_t i = 0; i < N; ++i) {
+        float* yi = y + i * M + p.out0;
+        const float* bi = bias + p.out0;
+        for (int64_t j = 0; j < p.rows; ++j) yi[j] += bi[j];
+      }
+    }
+  });
+}
+
+void WeightRowToFloat(const WeightMatrix& w, int64_t r, float* out) {
+  for (const WeightBlock& b : w.blocks) {
+    if (r < b.rows) {
+      const size_t elem = static_cast<size_t>(KvDtypeBytes(b.dtype));
+      ConvertFromKvDtype(static_cast<const char*>(b.data) + r * w.cols * elem, w.cols, b.dtype,
+                         out);
+      return;
+    }
+    r -= b.rows;
+  }
+}
+
+}  // namespace attnlab::internal

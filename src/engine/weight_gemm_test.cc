@@ -1,0 +1,140 @@
+// Products with weights in their file's precision (weight_gemm.h): every block dtype, blocks of
+// awkward row counts (a panel never straddles two blocks), bias or none, 1 to 97 input rows,
+// against a double-precision reference on the widened weights; bad matrices refused.
+//
+// Tolerance (derived as in gemm_test.cc): each output is a K-term fp32 dot product of x with
+// exactly representable widened weights, error at most gamma_K * sum_k |x_k w_k| (Higham eq. 3.5)
+// plus one rounding for the bias; we allow 2x that.
+#include "engine/weight_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "attnlab/thread_pool.h"
+
+namespace attnlab::internal {
+namespace {
+
+struct Stored {
+  std::vector<std::vector<uint16_t>> b16;
+  std::vector<std::vector<float>> b32;
+  std::vector<std::vector<float>> widened;  // per block, [rows, cols] as float
+};
+
+// A matrix of the given block row counts and dtypes, random N(0, 1) values rounded to each dtype.
+WeightMatrix MakeMatrix(const std::vector<int64_t>& rows, const std::vector<KvDtype>& types,
+                        int64_t cols, std::mt19937_64& rng, Stored* s) {
+  std::normal_distribution<float> nd;
+  WeightMatrix w;
+  w.cols = cols;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const int64_t n = rows[b] * cols;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = nd(rng);
+    if (types[b] == KvDtype::kF32) {
+      s->b32.push_back(v);
+      w.blocks.push_back({s->b32.back().data(), KvDtype::kF32, rows[b]});
+    } else {
+      std::vector<uint16_t> h(static_cast<size_t>(n));
+      ConvertToKvDtype(v.data(), n, types[b], h.data());
+      ConvertFromKvDtype(h.data(), n, types[b], v.data());
+      s->b16.push_back(std::move(h));
+      w.blocks.push_back({s->b16.back().data(), types[b], rows[b]});
+    }
+    s->widened.push_back(v);
+    w.rows += rows[b];
+  }
+  return w;
+}
+
+TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
+  ThreadPool pool(3);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<KvDtype>>> layouts = {
+      {{1}, {KvDtype::kBF16}},
+      {{7, 1, 59}, {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}},
+      {{113, 97}, {KvDtype::kBF16, KvDtype::kBF16}},
+      {{1025}, {KvDtype::kF16}},
+      {{300, 600}, {KvDtype::kF32, KvDtype::kF16}},
+  };
+  int checked = 0;
+  for (const auto& [rows, types] : layouts) {
+    for (int64_t cols : {1, 7, 59, 97, 1025}) {
+      for (int64_t N : {1, 7, 97}) {
+        for (bool with_bias : {false, true}) {
+          Stored s;
+          s.b16.reserve(rows.size());
+          s.b32.reserve(rows.size());
+          const WeightMatrix w = MakeMatrix(rows, types, cols, rng, &s);
+          ASSERT_TRUE(ValidateWeightMatrix(w).ok());
+          std::vector<float> x(static_cast<size_t>(N * cols)), bias(static_cast<size_t>(w.rows));
+          for (float& v : x) v = nd(rng);
+          for (float& v : bias) v = nd(rng);
+          std::vector<float> y(static_cast<size_t>(N * w.rows), NAN);
+          MatmulWeightT(N, x.data(), w, with_bias ? bias.data() : nullptr, y.data(), &pool);
+          const double u = std::ldexp(1.0, -24), gamma = cols * u / (1 - cols * u);
+          for (int64_t i = 0; i < N; ++i) {
+            int64_t r = 0;
+            for (size_t b = 0; b < rows.size(); ++b) {
+              for (int64_t j = 0; j < rows[b]; ++j, ++r) {
+                double ref = with_bias ? bias[r] : 0.0, mag = 0.0;
+                for (int64_t k = 0; k < cols; ++k) {
+                  const double p = double(x[i * cols + k]) * s.widened[b][j * cols + k];
+                  ref += p;
+                  mag += std::fabs(p);
+                }
+                const double tol = 2 * (gamma * mag + u * std::fabs(ref)) + 1e-30;
+                ASSERT_NEAR(y[i * w.rows + r], ref, tol)
+                    << "N " << N << " cols " << cols << " row " << r << " block " << b;
+              }
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 150);
+}
+
+TEST(WeightGemm, SameResultForAnyThreadCountAndRowLookupIsExact) {
+  std::mt19937_64 rng(3);
+  Stored s;
+  const WeightMatrix w = MakeMatrix({130, 3}, {KvDtype::kBF16, KvDtype::kF16}, 300, rng, &s);
+  std::vector<float> x(5 * 300);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  std::vector<float> y1(5 * 133), y3(5 * 133);
+  ThreadPool one(1), three(3);
+  MatmulWeightT(5, x.data(), w, nullptr, y1.data(), &one);
+  MatmulWeightT(5, x.data(), w, nullptr, y3.data(), &three);
+  EXPECT_EQ(y1, y3);  // each output column is one task's sgemm, whatever thread runs it
+  std::vector<float> row(300);
+  WeightRowToFloat(w, 131, row.data());  // second block, row 1
+  for (int64_t k = 0; k < 300; ++k) ASSERT_EQ(row[k], s.widened[1][300 + k]);
+  WeightRowToFloat(w, 0, row.data());
+  for (int64_t k = 0; k < 300; ++k) ASSERT_EQ(row[k], s.widened[0][k]);
+}
+
+TEST(WeightGemm, BadMatricesAreRefused) {
+  std::vector<uint16_t> buf(64);
+  WeightMatrix w;
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());  // empty
+  w.rows = 4, w.cols = 8;
+  w.blocks.push_back({buf.data(), KvDtype::kBF16, 3});
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());  // 3 rows of 4
+  w.blocks[0].rows = 4;
+  EXPECT_TRUE(ValidateWeightMatrix(w).ok());
+  w.blocks[0].data = reinterpret_cast<const char*>(buf.data()) + 1;
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());  // misaligned
+  w.blocks[0].data = nullptr;
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());
+}
+
+}  // namespace
+}  // namespace attnlab::internal
