@@ -58,7 +58,10 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
                    ThreadPool* pool) {
   if (N <= 0) return;
   ThreadPool& tp = pool ? *pool : DefaultThreadPool();
-  const int64_t K = w.cols, M = w.rows, step = PanelRows(K);
+  const int64_t K = w.cols, M = w.rows;
+  // At most ~1 MiB panels, and at least ~4 per thread so small matrices (decode) spread too.
+  const int64_t per_thread = (M + 4 * tp.num_threads() - 1) / (4 * tp.num_threads());
+  const int64_t step = std::min(PanelRows(K), std::max<int64_t>(16, (per_thread + 15) / 16 * 16));
   std::vector<Panel> panels;
   int64_t out0 = 0;
   for (const WeightBlock& b : w.blocks) {

@@ -102,18 +102,23 @@ TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
   EXPECT_EQ(checked, 150);
 }
 
-TEST(WeightGemm, SameResultForAnyThreadCountAndRowLookupIsExact) {
+TEST(WeightGemm, ReproducibleForAThreadCountAndRowLookupIsExact) {
   std::mt19937_64 rng(3);
   Stored s;
   const WeightMatrix w = MakeMatrix({130, 3}, {KvDtype::kBF16, KvDtype::kF16}, 300, rng, &s);
   std::vector<float> x(5 * 300);
   std::normal_distribution<float> nd;
   for (float& v : x) v = nd(rng);
-  std::vector<float> y1(5 * 133), y3(5 * 133);
+  std::vector<float> y1(5 * 133), y3(5 * 133), y3b(5 * 133);
   ThreadPool one(1), three(3);
   MatmulWeightT(5, x.data(), w, nullptr, y1.data(), &one);
   MatmulWeightT(5, x.data(), w, nullptr, y3.data(), &three);
-  EXPECT_EQ(y1, y3);  // each output column is one task's sgemm, whatever thread runs it
+  MatmulWeightT(5, x.data(), w, nullptr, y3b.data(), &three);
+  EXPECT_EQ(y3, y3b);  // fixed panels per thread count: each column is one task's sgemm
+  for (size_t i = 0; i < y1.size(); ++i) {
+    // Panels differ with the thread count; per-element sums may round differently (300 terms).
+    EXPECT_NEAR(y1[i], y3[i], 1e-4f * (1.0f + std::fabs(y1[i]))) << i;
+  }
   std::vector<float> row(300);
   WeightRowToFloat(w, 131, row.data());  // second block, row 1
   for (int64_t k = 0; k < 300; ++k) ASSERT_EQ(row[k], s.widened[1][300 + k]);

@@ -279,13 +279,15 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   const int64_t A = c.attn_dim(), F1 = c.fc_dim(), QK = (H + c.kv_heads()) * c.head_dim();
   Activations& a = acts_;
   // Layer l's slice of a buffer with `per_layer` floats per layer; null where it is not kept.
-  auto slice = [l](AlignedBuffer<float>& b, int64_t per_layer) {
-    return b.size() == 0 ? nullptr : b.data() + l * per_layer;
+  // A cached forward keeps one layer's activations (slot 0) and two residual slots (EnsureActivations).
+  const int64_t s = cached_ ? 0 : l;
+  auto slice = [s](AlignedBuffer<float>& b, int64_t per_layer) {
+    return b.size() == 0 ? nullptr : b.data() + s * per_layer;
   };
   LayerActivations v;
-  v.x = slice(a.res, N * C);
+  v.x = a.res.data() + ResidualSlot(l) * N * C;
   v.mid = slice(a.mid, N * C);
-  v.out = a.res.data() + (l + 1) * N * C;
+  v.out = a.res.data() + ResidualSlot(l + 1) * N * C;
   v.ln1 = slice(a.ln1, N * C), v.ln2 = slice(a.ln2, N * C);
   v.sum1 = slice(a.sum1, N * C), v.sum2 = slice(a.sum2, N * C);
   v.ln1_mean = slice(a.ln1_mean, N), v.ln1_rstd = slice(a.ln1_rstd, N);
@@ -321,32 +323,36 @@ AttentionParams Gpt::MakeAttentionParams(int64_t l) const {
 
 void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   const ModelConfig& c = config_;
-  const int64_t N = B * Tm, L = c.n_layer, C = c.d_model, F = c.hidden(), H = c.n_head;
+  const int64_t N = B * Tm, C = c.d_model, F = c.hidden(), H = c.n_head;
   const int64_t Q = c.qkv_dim(), A = c.attn_dim(), F1 = c.fc_dim();
   const int64_t Hqk = H + c.kv_heads(), QK = Hqk * c.head_dim();
   B_ = B, Tm_ = Tm, N_ = N;
-  if (N <= capacity_) return;
+  // Backward needs every layer's activations; a cached forward (inference: Backward is refused
+  // after it) reuses one layer's buffers layer after layer, and two residual slots.
+  const int64_t layers = cached_ ? 1 : c.n_layer;
+  if (N <= capacity_ && layers <= capacity_layers_) return;
   capacity_ = N;
+  capacity_layers_ = layers;
   const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
   Activations& a = acts_;
-  a.res.Resize((L + 1) * N * C);
-  a.mid.Resize(L * N * C);
-  a.ln1.Resize(pre ? L * N * C : 0);
-  a.ln2.Resize(pre && c.mlp ? L * N * C : 0);
-  a.sum1.Resize(post ? L * N * C : 0);
-  a.sum2.Resize(post && c.mlp ? L * N * C : 0);
-  for (auto* s : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) s->Resize(L * N);
-  a.qkv.Resize(L * N * Q);
-  a.qk_raw.Resize(c.qk_norm ? L * N * QK : 0);
-  a.qk_rstd.Resize(c.qk_norm ? L * N * Hqk : 0);
-  a.att.Resize(L * N * A);
-  a.lse.Resize(L * N * H);
-  a.gate.Resize(c.output_gate ? L * N * H : 0);
-  a.attg.Resize(c.output_gate ? L * N * A : 0);
-  a.o.Resize(L * N * C);
-  a.h.Resize(c.mlp ? L * N * F1 : 0);
-  a.gelu.Resize(c.mlp ? L * N * F : 0);
-  a.m.Resize(c.mlp ? L * N * C : 0);
+  a.res.Resize((layers == 1 ? 2 : layers + 1) * N * C);
+  a.mid.Resize(layers * N * C);
+  a.ln1.Resize(pre ? layers * N * C : 0);
+  a.ln2.Resize(pre && c.mlp ? layers * N * C : 0);
+  a.sum1.Resize(post ? layers * N * C : 0);
+  a.sum2.Resize(post && c.mlp ? layers * N * C : 0);
+  for (auto* s : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) s->Resize(layers * N);
+  a.qkv.Resize(layers * N * Q);
+  a.qk_raw.Resize(c.qk_norm ? layers * N * QK : 0);
+  a.qk_rstd.Resize(c.qk_norm ? layers * N * Hqk : 0);
+  a.att.Resize(layers * N * A);
+  a.lse.Resize(layers * N * H);
+  a.gate.Resize(c.output_gate ? layers * N * H : 0);
+  a.attg.Resize(c.output_gate ? layers * N * A : 0);
+  a.o.Resize(layers * N * C);
+  a.h.Resize(c.mlp ? layers * N * F1 : 0);
+  a.gelu.Resize(c.mlp ? layers * N * F : 0);
+  a.m.Resize(c.mlp ? layers * N * C : 0);
   a.lnf.Resize(pre ? N * C : 0);
   a.lnf_mean.Resize(N);
   a.lnf_rstd.Resize(N);
@@ -692,7 +698,7 @@ void Gpt::HeadForward(const int32_t* targets, double* loss) {
   const int64_t N = N_, C = c.d_model, V = c.vocab_size;
   const ModelParams& P = params_.ptrs();
   Activations& a = acts_;
-  const float* xf = a.res.data() + c.n_layer * N * C;
+  const float* xf = a.res.data() + ResidualSlot(c.n_layer) * N * C;
   if (c.norm == NormPlacement::kPre) {
     Norm{c, N, tp}.Forward(xf, P.lnf_w, P.lnf_b, a.lnf.data(), a.lnf_mean.data(),
                            a.lnf_rstd.data());
@@ -720,9 +726,9 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   ATTNLAB_RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, B, T, cache));
   const ModelConfig& c = config_;
   const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0;
+  cached_ = cache != nullptr;
   EnsureActivations(B, T + off);
   has_targets_ = targets != nullptr && !cache;
-  cached_ = cache != nullptr;
   ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
   EmbedForward();
   for (int64_t l = 0; l < c.n_layer; ++l) {

@@ -25,7 +25,8 @@ namespace attnlab {
 class ThreadPool;
 
 // Optional view into the forward pass, for diagnostics: called once per layer after the layer,
-// with that layer's tensors. Rows are the Tm new tokens of each sequence (token-major, [N, ...],
+// with that layer's tensors (valid during the call only: a cached forward reuses the buffers
+// for the next layer). Rows are the Tm new tokens of each sequence (token-major, [N, ...],
 // N = batch * Tm). Keys and values are given as attention views [batch, Hkv, len_k, hd]: with a
 // KV cache they are everything the cache holds (the new tokens last, so query row i sits at key
 // position i + len_k - len); without, len_k = len. Without an observer the forward pays nothing.
@@ -109,10 +110,14 @@ class Gpt {
   int64_t last_batch() const { return B_; }
   int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
   // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
-  const float* residual(int64_t l) const { return acts_.res.data() + l * N_ * config_.d_model; }
+  // After a Forward without a cache only: a cached (inference) Forward keeps one layer's
+  // activations at a time, so both return null then (a ForwardObserver sees every layer).
+  const float* residual(int64_t l) const {
+    return cached_ ? nullptr : acts_.res.data() + l * N_ * config_.d_model;
+  }
   // Per-head attention outputs of layer l ([N, H, hd] = [N, A], before the output gate).
   const float* attention_output(int64_t l) const {
-    return acts_.att.data() + l * N_ * config_.attn_dim();
+    return cached_ ? nullptr : acts_.att.data() + l * N_ * config_.attn_dim();
   }
 
  private:
@@ -179,10 +184,14 @@ class Gpt {
 
   // Saved activations of the last Forward (sized for the largest N seen).
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
+  int64_t capacity_layers_ = 0;  // layers the buffers hold: n_layer, or 1 (cached forwards)
   bool has_targets_ = false;
-  bool cached_ = false;
+  bool cached_ = false;  // the last Forward used a cache: activations of one layer at a time
+  // Slot of the residual stream entering layer l in acts_.res: l, or l % 2 when cached_.
+  int64_t ResidualSlot(int64_t l) const { return cached_ ? l % 2 : l; }
   std::vector<int32_t> tokens_, targets_;  // [N] per row (sink row: token -1, target -1)
   std::vector<int64_t> positions_;         // [Tm]
+  // [L, ...] below: L = 1 after a cached forward (one layer's buffers, reused).
   struct Activations {
     AlignedBuffer<float> res;        // [L + 1, N, C] residual stream entering each layer
     AlignedBuffer<float> mid;        // [L, N, C] stream after the attention sublayer

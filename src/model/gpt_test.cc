@@ -249,6 +249,18 @@ TEST(Gpt, KvCacheDecodeMatchesFullForward) {
       max_err = std::max(max_err, double(std::abs(full[i] - inc[i])));
     }
     EXPECT_LE(max_err, 1e-5 * max_abs) << "max |logit| " << max_abs;
+    // The cached forwards kept one layer's activations at a time: no per-layer streams now.
+    EXPECT_EQ(g.residual(0), nullptr);
+    EXPECT_EQ(g.attention_output(0), nullptr);
+    // A full forward after them gets every layer's buffers back: same logits, and Backward runs.
+    ASSERT_TRUE(g.Forward(tokens.data(), nullptr, 1, T, nullptr).ok());
+    EXPECT_EQ(std::vector<float>(g.logits() + off * V, g.logits() + (T + off) * V), full);
+    ASSERT_NE(g.residual(c.n_layer), nullptr);
+    std::vector<int32_t> targets(tokens.begin() + 1, tokens.end());
+    targets.push_back(-1);
+    double loss = 0;
+    ASSERT_TRUE(g.Forward(tokens.data(), targets.data(), 1, T, &loss).ok());
+    EXPECT_TRUE(g.Backward().ok());
   }
 }
 
