@@ -7,6 +7,7 @@
 // Writes DIR/report.json (schema: docs/ANALYZE.md), DIR/heads.csv (one row per layer x head),
 // DIR/layers.csv (one row per depth) and DIR/report.html (self-contained, plots inline), then
 // prints the answer, the time and the peak memory.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +30,7 @@ struct AnalyzeOptions {
   std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
   int64_t window = 0, max_tokens = 0, plot_max = 512;
   double eps = 0.3;
+  std::string stream_budget = "auto";  // MiB, or auto: half the weights' bytes, at least 256
   bool json = false;
 };
 
@@ -37,6 +39,24 @@ std::string Fmt(double x, const char* f = "%.3f") {
   char buf[48];
   std::snprintf(buf, sizeof buf, f, x);
   return buf;
+}
+
+// --stream-budget: MiB the per-layer streams of a window may take (0: one pass, no limit); auto
+// = half the model's weight bytes, at least 256 MiB, so analysing a released model at 8k tokens
+// stays within about twice its weights (more layers than fit cost extra passes, not memory).
+int64_t StreamBudget(const std::string& flag, const Gpt& g) {
+  if (flag == "auto") {
+    int64_t weights = g.params().size() * 4;
+    if (g.matrices()) weights += g.matrices()->bytes();
+    return std::max<int64_t>(weights / 2, int64_t{256} << 20);
+  }
+  int64_t mib = -1;
+  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), mib);
+  if (ec != std::errc() || end != flag.data() + flag.size() || mib < 0 || mib > (int64_t{1} << 30)) {
+    throw CommandError("--stream-budget must be auto or a number of MiB >= 0 (0: no limit), got '" +
+                       flag + "'");
+  }
+  return mib << 20;
 }
 
 std::vector<std::pair<int64_t, int64_t>> ParseHeads(const std::string& s, const ModelConfig& c) {
@@ -338,7 +358,10 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                          {"text", text_name},
                          {"tokens analysed", std::to_string(r.text_tokens)},
                          {"windows", std::to_string(r.windows) + " x " + std::to_string(r.window) +
-                                         (r.bos >= 0 ? " (BOS first)" : "")},
+                                         (r.bos >= 0 ? " (BOS first)" : "") +
+                                         (r.passes > 1 ? ", " + std::to_string(r.passes) +
+                                                             " passes each (--stream-budget)"
+                                                       : "")},
                          {"time", Fmt(r.seconds, "%.1f") + " s"},
                          {"peak memory", Fmt(r.peak_rss_bytes / 1048576.0, "%.0f") + " MiB"},
                          {"definitions", "docs/METRICS.md; JSON schema docs/ANALYZE.md"}});
@@ -386,6 +409,7 @@ void Run(const AnalyzeOptions& o) {
   ao.sink_eps = o.eps;
   ao.plot_heads = ParseHeads(o.plot_heads, c);
   if (TrainedWithBos(m)) ao.bos = *m.tokenizer->bos_id();
+  ao.stream_budget_bytes = StreamBudget(o.stream_budget, *m.gpt);
   const int64_t window = o.window > 0 ? o.window : c.context;
   if (!o.prompt.empty() && c.position == PositionEncoding::kLearned &&
       static_cast<int64_t>(enc.value().size()) + (ao.bos >= 0) > c.max_positions()) {
@@ -421,6 +445,9 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "analyse at most the first N tokens (default: all)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print the verdicts and the sink numbers as JSON");
+  cmd->add_option("--stream-budget", o->stream_budget,
+                  "MiB for one window's per-layer streams; more layers cost extra passes over "
+                  "the window (auto: half the weights' bytes, at least 256; 0: one pass)");
   cmd->add_option("--plot-heads", o->plot_heads, "full attention maps for LAYER.HEAD,...");
   cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)")
       ->check(CLI::PositiveNumber);

@@ -20,20 +20,20 @@ namespace {
 // Collects, for one window, what each layer exposes.
 class WindowObserver : public ForwardObserver {
  public:
+  // Keeps the streams of layers [l0, l1) (none if l0 == l1; the embedding with layer 0) and,
+  // with stats, feeds every layer's rows to the attention statistics.
   WindowObserver(const ModelConfig& c, std::vector<AttentionStatsAccumulator>* stats,
-                 int64_t window_len, bool keep_streams)
-      : c_(c), stats_(stats), keep_(keep_streams) {
-    const int64_t L = c.n_layer, C = c.d_model;
-    if (keep_) {
-      emb_.reserve(window_len * C);
-      res_.assign(L, {});
-      att_.assign(L, {});
-      q_.assign(L, {});
-      for (int64_t l = 0; l < L; ++l) {
-        res_[l].reserve(window_len * C);
-        att_[l].reserve(window_len * C);
-        q_[l].reserve(window_len * C);
-      }
+                 int64_t window_len, int64_t l0, int64_t l1)
+      : c_(c), stats_(stats), l0_(l0), l1_(l1) {
+    const int64_t L = c.n_layer, C = c.d_model, A = c.n_head * c.head_dim();
+    res_.assign(L, {});
+    att_.assign(L, {});
+    q_.assign(L, {});
+    if (l0_ == 0 && l1_ > 0) emb_.reserve(window_len * C);
+    for (int64_t l = l0_; l < l1_; ++l) {
+      res_[l].reserve(window_len * C);
+      att_[l].reserve(window_len * A);
+      q_[l].reserve(window_len * A);
     }
     k_all_.resize(L);
     len_k_.assign(L, 0);
@@ -44,7 +44,7 @@ class WindowObserver : public ForwardObserver {
   void OnLayer(const LayerTensors& t) override {
     if (!status_.ok()) return;
     const int64_t C = c_.d_model, Q = c_.qkv_dim(), H = c_.n_head, hd = c_.head_dim();
-    status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
+    if (stats_) status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
     k_all_[t.layer] = t.k_all;
     len_k_[t.layer] = t.len_k;
     params_[t.layer] = *t.attention;
@@ -53,7 +53,7 @@ class WindowObserver : public ForwardObserver {
       params_[t.layer].sink_logits = sinks_[t.layer];
     }
     params_[t.layer].pool = nullptr;
-    if (!keep_) return;
+    if (t.layer < l0_ || t.layer >= l1_) return;
     if (t.layer == 0) emb_.insert(emb_.end(), t.residual_in, t.residual_in + t.len * C);
     res_[t.layer].insert(res_[t.layer].end(), t.residual_out, t.residual_out + t.len * C);
     att_[t.layer].insert(att_[t.layer].end(), t.attn_out, t.attn_out + t.len * H * hd);
@@ -65,8 +65,8 @@ class WindowObserver : public ForwardObserver {
 
   Status status_;
   ModelConfig c_;
-  std::vector<AttentionStatsAccumulator>* stats_;
-  bool keep_;
+  std::vector<AttentionStatsAccumulator>* stats_;  // null: statistics gathered elsewhere
+  int64_t l0_, l1_;
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
   std::vector<AttentionTensor> k_all_;
@@ -76,15 +76,18 @@ class WindowObserver : public ForwardObserver {
 };
 
 // Runs one sequence through a fresh dense cache in chunks, with the observer attached.
+// Layers [0, layers) only, and never the LM head (the analysis reads no logits).
 Status RunSequence(Gpt& model, const std::vector<int32_t>& seq, int64_t chunk, DenseKvCache* cache,
-                   ForwardObserver* obs) {
+                   ForwardObserver* obs, int64_t layers) {
   model.set_observer(obs);
+  model.set_partial_forward(layers, /*skip_head=*/true);
   Status st;
   for (int64_t s = 0; s < static_cast<int64_t>(seq.size()) && st.ok(); s += chunk) {
     const int64_t n = std::min<int64_t>(chunk, seq.size() - s);
     st = model.Forward(seq.data() + s, nullptr, 1, n, nullptr, cache);
   }
   model.set_observer(nullptr);
+  model.set_partial_forward(0, false);
   return st;
 }
 
@@ -109,6 +112,65 @@ void DivideStream(StreamMetrics& acc, double n) {
   }
 }
 
+// Representation metrics, head geometry and requested maps of layers [l0, l1) of window w from
+// one pass's observer (and the embedding stream's when l0 == 0), added into *r.
+Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
+                    const RepresentationMetricsOptions& ro, const WindowObserver& obs, int64_t l0,
+                    int64_t l1, int64_t T, int64_t w, AnalysisResult* out) {
+  AnalysisResult& r = *out;
+  const int64_t H = c.n_head, hd = c.head_dim(), C = c.d_model, group = H / c.kv_heads();
+  if (l0 == 0 && l1 > 0) {
+    ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics em,
+                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.emb_.data(), T, C), ro));
+    AddStream(r.embedding, em, w);
+  }
+  for (int64_t l = l0; l < l1; ++l) {
+    LayerAnalysis& la = r.layers[l];
+    ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics m,
+                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.res_[l].data(), T, C), ro));
+    AddStream(la.output, m, w);
+    if (T >= 2) {
+      ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
+                               ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H));
+      for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const AttentionTensor& k = obs.k_all_[l];
+      TokenMatrix qm = MakeTokenMatrix(obs.q_[l].data() + h * hd, T, hd, H * hd);
+      TokenMatrix km{k.at(0, h / group, 0), obs.len_k_[l], hd, k.stride_token};
+      ATTNLAB_ASSIGN_OR_RETURN(SinkKeyGeometry g, ComputeSinkKeyGeometry(qm, km));
+      la.geometry[h].key_norm_ratio += g.key_norm_ratio;
+      la.geometry[h].cos_key0 += g.cos_key0;
+      la.geometry[h].cos_key_other += g.cos_key_other;
+    }
+    // Full maps of the requested heads, first window only.
+    if (w == 0 && T <= o.plot_max) {
+      for (auto [pl, ph] : o.plot_heads) {
+        if (pl != l) continue;
+        const AttentionShape shape{1, H, c.kv_heads(), T, obs.len_k_[l], hd};
+        std::vector<float> out(T * H * hd), probs(H * T * obs.len_k_[l]);
+        AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd);
+        ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(
+            shape, obs.params_[l], qv, obs.k_all_[l], obs.k_all_[l],
+            TokenMajorView(out.data(), 1, H, T, hd), {}, probs));
+        AttentionMap map;
+        map.layer = pl, map.head = ph, map.len = T;
+        map.probs.assign(probs.begin() + ph * T * T, probs.begin() + (ph + 1) * T * T);
+        r.maps.push_back(std::move(map));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Layers whose three streams (residual [T, C], attention output and queries [T, H hd], floats)
+// fit `budget` bytes; all of them when budget <= 0. At least one.
+int64_t LayersPerPass(const ModelConfig& c, int64_t T, int64_t budget) {
+  if (budget <= 0) return c.n_layer;
+  const int64_t per_layer = T * (c.d_model + 2 * c.n_head * c.head_dim()) * 4;
+  return std::clamp<int64_t>(budget / std::max<int64_t>(1, per_layer), 1, c.n_layer);
+}
+
 int64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -120,8 +182,7 @@ int64_t PeakRssBytes() {
 Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text,
                                     const AnalysisOptions& o, bool progress) {
   const ModelConfig& c = model.config();
-  const int64_t L = c.n_layer, H = c.n_head, hd = c.head_dim(), C = c.d_model;
-  const int64_t group = H / c.kv_heads();
+  const int64_t L = c.n_layer, H = c.n_head, hd = c.head_dim();
   const int64_t bos = o.bos >= 0 ? 1 : 0;
   const int64_t window = o.window > 0 ? o.window : c.context;
   if (window <= bos) return Status::InvalidArgument("the window must hold at least one text token");
@@ -166,56 +227,35 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     seq.insert(seq.end(), tokens.begin() + s, tokens.begin() + e);
     const int64_t T = static_cast<int64_t>(seq.size());
     if (w == 0) r.first_window = seq;
-    WindowObserver obs(c, &stats, T, /*keep_streams=*/true);
-    DenseKvCache cache(L, c.kv_heads(), hd);
-    ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs));
-    ATTNLAB_RETURN_IF_ERROR(obs.status_);
-    // Representation metrics of this window.
-    ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics em,
-                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.emb_.data(), T, C), ro));
-    AddStream(r.embedding, em, w);
-    for (int64_t l = 0; l < L; ++l) {
-      LayerAnalysis& la = r.layers[l];
-      ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics m,
-                               ComputeRepresentationMetrics(MakeTokenMatrix(obs.res_[l].data(), T, C), ro));
-      AddStream(la.output, m, w);
-      if (T >= 2) {
-        ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
-                                 ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H));
-        for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        const AttentionTensor& k = obs.k_all_[l];
-        TokenMatrix qm = MakeTokenMatrix(obs.q_[l].data() + h * hd, T, hd, H * hd);
-        TokenMatrix km{k.at(0, h / group, 0), obs.len_k_[l], hd, k.stride_token};
-        ATTNLAB_ASSIGN_OR_RETURN(SinkKeyGeometry g, ComputeSinkKeyGeometry(qm, km));
-        la.geometry[h].key_norm_ratio += g.key_norm_ratio;
-        la.geometry[h].cos_key0 += g.cos_key0;
-        la.geometry[h].cos_key_other += g.cos_key_other;
-      }
-      // Full maps of the requested heads, first window only.
-      if (w == 0 && T <= o.plot_max) {
-        for (auto [pl, ph] : o.plot_heads) {
-          if (pl != l) continue;
-          const AttentionShape shape{1, H, c.kv_heads(), T, obs.len_k_[l], hd};
-          std::vector<float> out(T * H * hd), probs(H * T * obs.len_k_[l]);
-          AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd);
-          ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(
-              shape, obs.params_[l], qv, obs.k_all_[l], obs.k_all_[l],
-              TokenMajorView(out.data(), 1, H, T, hd), {}, probs));
-          AttentionMap map;
-          map.layer = pl, map.head = ph, map.len = T;
-          map.probs.assign(probs.begin() + ph * T * T, probs.begin() + (ph + 1) * T * T);
-          r.maps.push_back(std::move(map));
-        }
-      }
+    // The layers' streams in groups that fit the budget, one pass over the window per group. The
+    // first pass runs every layer (the attention statistics need them all) and keeps the last
+    // group; the others stop after their group's last layer.
+    const int64_t per_pass = LayersPerPass(c, T, o.stream_budget_bytes);
+    std::vector<std::pair<int64_t, int64_t>> groups;
+    for (int64_t l0 = 0; l0 < L; l0 += per_pass) groups.push_back({l0, std::min(L, l0 + per_pass)});
+    std::rotate(groups.begin(), groups.end() - 1, groups.end());
+    if (w == 0) r.passes = static_cast<int64_t>(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto [l0, l1] = groups[g];
+      WindowObserver obs(c, g == 0 ? &stats : nullptr, T, l0, l1);
+      DenseKvCache cache(L, c.kv_heads(), hd);
+      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, g == 0 ? L : l1));
+      ATTNLAB_RETURN_IF_ERROR(obs.status_);
+      ATTNLAB_RETURN_IF_ERROR(LayerMetrics(c, o, ro, obs, l0, l1, T, w, &r));
     }
     if (progress && (w % 16 == 15 || w + 1 == n_windows)) {
-      std::fprintf(stderr, "analyze: window %ld/%ld (%ld tokens)\n", static_cast<long>(w + 1),
-                   static_cast<long>(n_windows), static_cast<long>(e));
+      std::fprintf(stderr, "analyze: window %ld/%ld (%ld tokens)%s\n", static_cast<long>(w + 1),
+                   static_cast<long>(n_windows), static_cast<long>(e),
+                   groups.size() > 1 ? (", " + std::to_string(groups.size()) +
+                                        " passes per window (--stream-budget)").c_str()
+                                     : "");
     }
   }
+
   r.windows = n_windows;
+  // Passes visit layer groups out of order; the maps are reported by layer (one pass's order).
+  std::stable_sort(r.maps.begin(), r.maps.end(),
+                   [](const AttentionMap& x, const AttentionMap& y) { return x.layer < y.layer; });
   DivideStream(r.embedding, n_windows);
   for (int64_t l = 0; l < L; ++l) {
     LayerAnalysis& la = r.layers[l];
@@ -250,9 +290,9 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       for (auto& x : rnd) x = tok(rng);
       seq.insert(seq.end(), rnd.begin(), rnd.end());
       seq.insert(seq.end(), rnd.begin(), rnd.end());
-      WindowObserver obs(c, &pstats, static_cast<int64_t>(seq.size()), /*keep_streams=*/false);
+      WindowObserver obs(c, &pstats, static_cast<int64_t>(seq.size()), 0, 0);
       DenseKvCache cache(L, c.kv_heads(), hd);
-      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs));
+      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, L));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
     }
     for (int64_t l = 0; l < L; ++l) r.layers[l].patterns = pstats[l].Finish();
@@ -513,7 +553,7 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"head_dim", c.head_dim()}, {"context", c.context}, {"vocab_size", c.vocab_size},
                      {"config", nlohmann::json::parse(ModelConfigToJson(c))}}},
           {"input", {{"text_tokens", r.text_tokens}, {"window", r.window}, {"windows", r.windows},
-                     {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
+                     {"passes_per_window", r.passes}, {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
           {"sinks", {{"eps", o.sink_eps},
                      {"rule", "alpha_1_excess = (alpha_1 - alpha_1_uniform) / (1 - alpha_1_uniform) > eps"},
                      {"alpha_1_uniform", JsonNumber(r.alpha_1_uniform)},

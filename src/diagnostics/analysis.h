@@ -29,6 +29,11 @@ struct AnalysisOptions {
   int64_t max_tokens = 0;  // analyse at most this many text tokens (0: all)
   int32_t bos = -1;        // >= 0: every window starts with this token
   int64_t chunk = 256;     // query rows per cached forward
+  // Bytes the per-layer streams of one window (residual, attention output, queries: the
+  // representation metrics' inputs) may take; more layers than fit are analysed in further
+  // passes over the window, each keeping one group (the first pass runs every layer and feeds the
+  // attention statistics, the others stop after their group). 0: one pass, every layer's streams.
+  int64_t stream_budget_bytes = 0;
   int64_t first_k = 4;     // alpha_k, first-k mass for k = 1..first_k
   int64_t sink_search = 32;  // each head's sink is looked for among keys 0 .. sink_search - 1
   int64_t jsd_rows = 256;
@@ -73,6 +78,7 @@ struct AttentionMap {
 struct AnalysisResult {
   ModelConfig config;
   int64_t text_tokens = 0, windows = 0, window = 0;
+  int64_t passes = 1;  // forward passes per window (AnalysisOptions::stream_budget_bytes)
   int32_t bos = -1;
   StreamMetrics embedding;            // the residual stream entering layer 0
   std::vector<LayerAnalysis> layers;  // [n_layer]

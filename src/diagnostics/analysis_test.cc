@@ -188,5 +188,43 @@ TEST(Analysis, LastQueryComesFromTheLastLongestWindow) {
   EXPECT_NEAR(MeanLastUniform(r.value()), 1.0 / 64, 1e-12);
 }
 
+// A stream budget that holds one layer splits the window into one pass per layer group; every
+// metric, every attention statistic and the requested maps come out exactly as in one pass (the
+// forward passes recompute the same numbers; statistics are gathered in the first pass only).
+TEST(Analysis, PassesPerLayerGroupGiveTheOnePassResultExactly) {
+  ModelConfig c;
+  c.vocab_size = 60, c.context = 256, c.d_model = 32, c.n_layer = 5, c.n_head = 4;
+  c.n_kv_head = 2, c.init_std = 0.15f;
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  g.value()->params().Initialize(c, 5);
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(400);
+  for (auto& x : tokens) x = rng() % 60;
+  AnalysisOptions ao;
+  ao.window = 200;  // two windows
+  ao.chunk = 48;
+  ao.pattern_sequences = 1;
+  ao.plot_heads = {{0, 1}, {3, 2}, {4, 0}};
+  auto one = AnalyzeModel(*g.value(), tokens, ao);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->passes, 1);
+  const int64_t per_layer = 200 * (32 + 2 * 32) * 4;
+  ao.stream_budget_bytes = 2 * per_layer;  // two layers per pass: groups {4}, {0,1}, {2,3}
+  auto split = AnalyzeModel(*g.value(), tokens, ao);
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->passes, 3);
+  nlohmann::json a = AnalysisToJson(*one, ao), b = AnalysisToJson(*split, ao);
+  for (nlohmann::json* j : {&a, &b}) {
+    j->erase("run");  // seconds and peak memory
+    (*j)["input"].erase("passes_per_window");
+  }
+  EXPECT_EQ(a.dump(), b.dump());
+  ASSERT_EQ(one->maps.size(), split->maps.size());
+  for (size_t i = 0; i < one->maps.size(); ++i) {
+    EXPECT_EQ(one->maps[i].probs, split->maps[i].probs) << i;
+  }
+}
+
 }  // namespace
 }  // namespace attnlab

@@ -357,7 +357,8 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.lnf_mean.Resize(N);
   a.lnf_rstd.Resize(N);
   a.losses.Resize(N);
-  head_.values.Resize(N * c.vocab_size);
+  // head_.values ([N, V], the largest buffer) is sized by HeadForward: a Forward that skips the
+  // head (set_partial_forward) never allocates it.
   Gradients& d = d_;
   for (auto* s : {&d.residual, &d.mid, &d.o, &d.attn_in}) s->Resize(N * C);
   d.attg.Resize(N * A);
@@ -704,6 +705,7 @@ void Gpt::HeadForward(const int32_t* targets, double* loss) {
                            a.lnf_rstd.data());
     xf = a.lnf.data();
   }
+  if (head_.values.size() < static_cast<size_t>(N * V)) head_.values.Resize(N * V);
   if (mats_) {
     internal::MatmulWeightT(N, xf, mats_->head, nullptr, head_.values.data(), &tp);
   } else {
@@ -731,7 +733,9 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   has_targets_ = targets != nullptr && !cache;
   ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
   EmbedForward();
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  const int64_t layers =
+      cache && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
+  for (int64_t l = 0; l < layers; ++l) {
     const AttentionParams ap = MakeAttentionParams(l);
     LayerTensors seen;
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
@@ -742,7 +746,11 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       observer_->OnLayer(seen);
     }
   }
-  HeadForward(targets, loss);
+  if (cache && (skip_head_ || layers < c.n_layer)) {
+    if (loss) *loss = 0.0;  // set_partial_forward: no logits
+  } else {
+    HeadForward(targets, loss);
+  }
   if (cache) cache->EndStep();
   return Status::Ok();
 }

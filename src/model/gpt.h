@@ -85,6 +85,14 @@ class Gpt {
 
   void set_pool(ThreadPool* pool) { pool_ = pool; }
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
+  // For observers that need only early layers and no logits (diagnostics): cached Forwards run
+  // layers [0, layers) (0: all) and, with skip_head, not the LM head (logits() then holds nothing
+  // of this Forward). The cache's later layers stay empty, so use one cache per setting. Ignored
+  // by Forwards without a cache.
+  void set_partial_forward(int64_t layers, bool skip_head) {
+    partial_layers_ = layers;
+    skip_head_ = skip_head;
+  }
 
   // Runs the model on tokens [B, T] (T <= context, every token in [0, vocab)). With targets
   // ([B, T], -1 = ignore) computes the mean cross-entropy into *loss and keeps what Backward
@@ -181,6 +189,8 @@ class Gpt {
   std::unique_ptr<RopeTable> rope_;
   ThreadPool* pool_ = nullptr;
   ForwardObserver* observer_ = nullptr;
+  int64_t partial_layers_ = 0;  // set_partial_forward
+  bool skip_head_ = false;
 
   // Saved activations of the last Forward (sized for the largest N seen).
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
