@@ -1,11 +1,14 @@
 // GGUF parsing (formats/gguf.h): in memory and through the mmap reader, which must agree; every
 // tensor's bytes are inside the file and exactly its blocks; ReadFloat accepts exactly the
 // dequantizable types; then the Hugging Face view (formats/gguf_model.h) never misbehaves and
-// every tensor it names reads into exactly its HF element count.
+// every tensor it names reads into exactly its HF element count, and a matrix's stored rows
+// (kept as is for inference) widen to exactly the values ReadFloat gives.
+#include <cmath>
 #include <set>
 
 #include "formats/gguf.h"
 #include "formats/gguf_model.h"
+#include "model/matrix_weights.h"
 #include "fuzz_target.h"
 
 using namespace attnlab;
@@ -69,7 +72,30 @@ ATTNLAB_FUZZ_TARGET(gguf) {
     const SourceTensorInfo* info = m->tensors->Find(name);
     ATTNLAB_FUZZ_EXPECT(info != nullptr, "Find misses a name");
     std::vector<float> out(static_cast<size_t>(info->numel()));
-    (void)m->tensors->ReadFloat(name, out);
+    const bool read = m->tensors->ReadFloat(name, out).ok();
+    // The stored rows (what inference keeps in memory) widen to exactly what ReadFloat gives.
+    const TensorSource::Mapped stored = m->tensors->StoredRows(name);
+    if (!stored.bytes.empty()) {
+      ATTNLAB_FUZZ_EXPECT(info->shape.size() == 2 && info->shape[0] > 0,
+                          "stored rows for a tensor that is not a matrix");
+      internal::WeightBlock b{stored.bytes.data(), stored.dtype, info->shape[0], stored.quant};
+      const int64_t cols = info->shape[1];
+      ATTNLAB_FUZZ_EXPECT(!stored.quant || cols % stored.quant->block_elems == 0,
+                          "quantized rows of partial blocks");
+      ATTNLAB_FUZZ_EXPECT(stored.bytes.size() ==
+                              static_cast<size_t>(info->shape[0] * internal::WeightRowBytes(b, cols)),
+                          "stored rows of the wrong size");
+      const bool aligned = stored.quant || reinterpret_cast<uintptr_t>(b.data) %
+                                                   KvDtypeBytes(stored.dtype) == 0;
+      if (read && aligned) {
+        std::vector<float> widened(out.size());
+        internal::WidenRows(b, b.data, info->numel(), widened.data());
+        for (size_t i = 0; i < out.size(); ++i) {  // NaN payloads may differ
+          ATTNLAB_FUZZ_EXPECT(widened[i] == out[i] || (std::isnan(widened[i]) && std::isnan(out[i])),
+                              "stored rows widen to other values than ReadFloat's");
+        }
+      }
+    }
     if (!out.empty()) {
       std::vector<float> wrong(out.size() - 1);
       ATTNLAB_FUZZ_EXPECT(!m->tensors->ReadFloat(name, wrong).ok(), "a short buffer accepted");

@@ -5,7 +5,7 @@ Run by ctest as: /usr/bin/python3 hf_decoder_torch_test.py --attnlab <CLI>
 (Debian's python3-torch 1.13 and python3-numpy; no `transformers`, no `safetensors` package).
 
 For every family (llama with GQA and llama3 RoPE scaling, llama with linear and yarn scaling,
-mistral with a sliding window, qwen2 with q/k/v biases and tied embeddings, qwen3 with q/k
+llama with attention_bias and mlp_bias, mistral with a sliding window, qwen2 with q/k/v biases and tied embeddings, qwen3 with q/k
 RMSNorm and head_dim != hidden / heads, gpt_neox with parallel residual and partial rotary, and
 gpt_neox sequential) and every storage format (F32 in one model.safetensors; BF16 in two shards
 with model.safetensors.index.json; F16 in one file) the script
@@ -23,7 +23,8 @@ Tolerance: the issue's 1e-4 relative, max |attnlab - truth| <= 1e-4 * max |truth
 rounding of a correct implementation is ~1e-6 here (printed as err/scale). The bound is checked
 for being too loose: for each family a truth with one plausible mistake (interleaved instead of
 rotate_half pairs, GELU tanh for erf, no sliding window, sequential for parallel residual, no
-q/k norm, yarn's attention factor dropped, llama3 scaling ignored, q/k/v biases dropped) must be
+q/k norm, yarn's attention factor dropped, llama3 scaling ignored, q/k/v biases dropped, o and
+MLP biases dropped) must be
 outside it.
 
 Bad inputs (each must exit 1 with one line naming the file and the tensor or key): unknown
@@ -80,6 +81,9 @@ FAMILIES = [
     # Dynamic NTK: 40 tokens past max_position_embeddings 16, so the base really changes.
     ("llama_dynamic", base_cfg("llama", max_position_embeddings=16, rope_scaling={
         "type": "dynamic", "factor": 3.0}), "dynamic_static"),
+    # attention_bias: biases on q, k, v and o; mlp_bias: on gate, up and down (transformers'
+    # LlamaAttention / LlamaMLP).
+    ("llama_biases", base_cfg("llama", attention_bias=True, mlp_bias=True), "o_mlp_bias_dropped"),
     ("mistral_window", base_cfg("mistral", sliding_window=7), "no_sliding_window"),
     ("qwen2_tied_bias", base_cfg("qwen2", tie_word_embeddings=True, rope_theta=1000000.0),
      "qkv_bias_dropped"),
@@ -141,7 +145,9 @@ def hf_shapes(c):
         s[p + "self_attn.q_proj.weight"] = (H * hd, C)
         s[p + "self_attn.k_proj.weight"] = (Hkv * hd, C)
         s[p + "self_attn.v_proj.weight"] = (Hkv * hd, C)
-        if c["model_type"] == "qwen2":
+        attention_bias = c["model_type"] in ("llama", "qwen3") and c.get("attention_bias")
+        mlp_bias = c["model_type"] == "llama" and c.get("mlp_bias")
+        if c["model_type"] == "qwen2" or attention_bias:
             s[p + "self_attn.q_proj.bias"] = (H * hd,)
             s[p + "self_attn.k_proj.bias"] = (Hkv * hd,)
             s[p + "self_attn.v_proj.bias"] = (Hkv * hd,)
@@ -149,10 +155,16 @@ def hf_shapes(c):
             s[p + "self_attn.q_norm.weight"] = (hd,)
             s[p + "self_attn.k_norm.weight"] = (hd,)
         s[p + "self_attn.o_proj.weight"] = (C, H * hd)
+        if attention_bias:
+            s[p + "self_attn.o_proj.bias"] = (C,)
         s[p + "post_attention_layernorm.weight"] = (C,)
         s[p + "mlp.gate_proj.weight"] = (F, C)
         s[p + "mlp.up_proj.weight"] = (F, C)
         s[p + "mlp.down_proj.weight"] = (C, F)
+        if mlp_bias:
+            s[p + "mlp.gate_proj.bias"] = (F,)
+            s[p + "mlp.up_proj.bias"] = (F,)
+            s[p + "mlp.down_proj.bias"] = (C,)
     s["model.norm.weight"] = (C,)
     if not c.get("tie_word_embeddings", False):
         s["lm_head.weight"] = (V, C)
@@ -385,11 +397,16 @@ def truth_logits(c, W, tokens, mutation=None):
                 x = x + o
                 x = x + mlp(ln2(x))
         else:
-            x = x + att @ W[p + "self_attn.o_proj.weight"].T
+            def linear(z, name):  # nn.Linear, with its bias when the model has one
+                y = z @ W[p + name + ".weight"].T
+                if p + name + ".bias" in W and mutation != "o_mlp_bias_dropped":
+                    y = y + W[p + name + ".bias"]
+                return y
+            x = x + linear(att, "self_attn.o_proj")
             m_in = rms(x, W[p + "post_attention_layernorm.weight"], eps)
-            g = m_in @ W[p + "mlp.gate_proj.weight"].T
-            u = m_in @ W[p + "mlp.up_proj.weight"].T
-            x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+            g = linear(m_in, "mlp.gate_proj")
+            u = linear(m_in, "mlp.up_proj")
+            x = x + linear(torch.nn.functional.silu(g) * u, "mlp.down_proj")
     if neox:
         x = ln(x, W["gpt_neox.final_layer_norm.weight"], W["gpt_neox.final_layer_norm.bias"], eps)
         head = W.get("embed_out.weight", W["gpt_neox.embed_in.weight"])
@@ -467,7 +484,8 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
             status, ok = f"FAIL (mutation {mutation} not detected)", False
         print(f"{status:4} {name:22} {dtype:9} shards={shards} err/scale={err / scale:.2e} "
               f"(bound {REL_TOL:.0e}; mutation {mutation}: {err_wrong / scale:.2e})")
-        if name != "llama_gqa_llama3" or dtype != "F32":
+        # Kept for check_bad_inputs and check_commands.
+        if (name, dtype) not in (("llama_gqa_llama3", "F32"), ("llama_biases", "GGUF-Q8_0")):
             shutil.rmtree(d)
     return ok
 
@@ -661,6 +679,15 @@ def check_commands(cli, tmp):
     stored = good and '"weights":"bf16"' in r.stdout.replace(" ", "")
     print(f"{'ok' if stored else 'FAIL':4} bench model --steps 0 ran on the stored bf16 weights")
     ok &= stored
+    # A Q8_0 GGUF (written by check_family) keeps its matrices quantized for inference.
+    q8 = os.path.join(tmp, "llama_biases_GGUF-Q8_0_1", "model.gguf")
+    good, r = run("bench model on a Q8_0 GGUF", "bench", "model", "--model", q8, "--steps", "0",
+                  "--prefill", "16", "--decode", "4", "--json")
+    weights = json.loads(r.stdout)["rows"][0]["shape"].get("weights", "") if good else ""
+    quantized = "Q8_0" in weights.split("+")
+    print(f"{'ok' if quantized else 'FAIL':4} bench model on a Q8_0 GGUF ran on Q8_0 weights "
+          f"(weights: {weights!r})")
+    ok &= quantized
     r = subprocess.run([cli, "bench", "model", "--model", d, "--weights", "stored", "--steps", "1"],
                        capture_output=True, text=True, timeout=600)
     refused = r.returncode == 1 and "inference only" in r.stderr

@@ -174,6 +174,9 @@ CONFIGS = [
     ("swiglu", {"mlp_activation": "swiglu"}),
     ("gelu_erf", {"mlp_activation": "gelu_erf"}),
     ("qkv_bias_only", {"bias": False, "qkv_bias": True}),
+    ("llama_attention_and_mlp_bias", {"norm_type": "rmsnorm", "bias": False, "qkv_bias": True,
+                                      "proj_bias": True, "mlp_bias": True,
+                                      "mlp_activation": "swiglu", "n_kv_head": 2}),
     ("head_size_8_wider", {"head_size": 8}),
     ("head_size_2_narrower", {"head_size": 2}),
     ("qk_norm", {"qk_norm": True, "norm_type": "rmsnorm"}),
@@ -345,7 +348,7 @@ def parameter_shapes(c):
             s[h + "attn.q_norm"] = (hd,)
             s[h + "attn.k_norm"] = (hd,)
         s[h + "attn.proj.weight"] = (A, C)
-        if c["bias"]:
+        if c["bias"] or c.get("proj_bias"):
             s[h + "attn.proj.bias"] = (C,)
         if c["output_gate"]:
             s[h + "attn.gate.weight"] = (C, H)
@@ -358,10 +361,10 @@ def parameter_shapes(c):
                 if ln_bias:
                     s[h + "ln2.bias"] = (C,)
             s[h + "mlp.fc.weight"] = (C, F1)
-            if c["bias"]:
+            if c["bias"] or c.get("mlp_bias"):
                 s[h + "mlp.fc.bias"] = (F1,)
             s[h + "mlp.proj.weight"] = (F, C)
-            if c["bias"]:
+            if c["bias"] or c.get("mlp_bias"):
                 s[h + "mlp.proj.bias"] = (C,)
         if c["residual_scale"] == "rezero":
             s[h + "rezero"] = (2,)

@@ -20,7 +20,7 @@ CliModel LoadCliModel(const std::string& model_flag, const std::string& tokenize
     }
   }
   // Every command that loads through here only runs the model: 16-bit weights stay 16-bit.
-  auto loaded = LoadAnyModel(path, LoadOptions{.keep_16bit = true});
+  auto loaded = LoadAnyModel(path, LoadOptions{.keep_stored = true});
   Check(loaded.status(), "--model " + path);
   CliModel m;
   m.path = loaded.value().path;

@@ -60,7 +60,14 @@ struct Shape {
   int64_t batch = 16, seq_len = 256;
   int64_t prefill = 0;  // tokens
   std::string model_path;  // --model: run this file's weights instead of random ones
+  double stored_bytes = 0;  // --model's weights as stored (16-bit / quantized matrices and the
+                            // fp32 rest), when they will run so; 0: fp32 weights
 };
+
+// Whether --model's weights run as stored: inference with --weights stored or auto.
+bool KeepsStored(const BenchModelOptions& o) {
+  return o.weights == "stored" || (o.weights == "auto" && o.steps == 0);
+}
 
 Shape Preset(const std::string& name) {
   Shape s;
@@ -94,7 +101,7 @@ double Median(std::vector<double> v) {
 }
 
 // What a shape allocates, estimated: weights, gradients and AdamW's two moments (16 bytes per
-// parameter); the training activations the model keeps per layer (18 floats per token and
+// parameter; the weights as stored when they run so, else 4 bytes per parameter); the training activations the model keeps per layer (18 floats per token and
 // width: residuals, norms, qkv, attention, MLP in and out; gpt.cc), the backward's one-layer
 // buffers (15 per token and width) and the logits with their gradient; the KV caches (fp32 and
 // the --kv-dtype one). The caller adds the peak sgemm and the process itself.
@@ -106,7 +113,8 @@ double EstimateBytes(const Shape& s, bool half_cache, bool training) {
   const double kv_tokens = double(std::min<int64_t>(c.context, s.prefill + 4096));
   const double kv = 2.0 * c.n_layer * kv_tokens * c.kv_heads() * c.head_dim() *
                     (4 + (half_cache ? 2 : 0));
-  return (training ? 16 : 4) * P + 4 * act + kv;
+  const double weights = s.stored_bytes > 0 ? s.stored_bytes : 4 * P;
+  return weights + (training ? 12 * P : 0) + 4 * act + kv;
 }
 
 // The process before any shape: the binary and its libraries, and the 2048^3 peak sgemm.
@@ -148,12 +156,12 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
     model->params().Initialize(s.config, 1);
   } else {
     // Stored precision (16-bit stays 16-bit) only for inference: training needs fp32.
-    const bool keep16 = o.weights == "stored" || (o.weights == "auto" && o.steps == 0);
+    const bool keep16 = KeepsStored(o);
     if (keep16 && o.steps > 0) {
       throw CommandError("--weights stored is inference only: pass --steps 0 (training needs "
                          "float32 weights)");
     }
-    auto loaded = LoadAnyModel(s.model_path, LoadOptions{.keep_16bit = keep16});
+    auto loaded = LoadAnyModel(s.model_path, LoadOptions{.keep_stored = keep16});
     Check(loaded.status(), "--model " + s.model_path);
     auto g = MakeGpt(std::move(loaded).value());
     Check(g.status(), s.model_path);
@@ -210,9 +218,8 @@ std::vector<bench::TableRow> Run(const Shape& s, const BenchModelOptions& o, KvD
   };
   const Timed f32 = infer(KvDtype::kF32);
 
-  // The weights' precision as they ran: the matrices' dtype for a 16-bit model, else f32.
-  const std::string weights =
-      gpt.matrices() ? std::string(KvDtypeName(gpt.matrices()->embed.blocks[0].dtype)) : "f32";
+  // The weights' types as they ran: the matrices' stored types ("bf16", "Q4_K+Q6_K"), else f32.
+  const std::string weights = gpt.matrices() ? gpt.matrices()->TypeNames() : "f32";
   const std::string text = ShapeText(s) + (s.model_path.empty() ? "" : " w=" + weights);
   const auto row = [&](const char* kernel, double tokens, double seconds, double flops_per_token,
                        nlohmann::ordered_json extra) {
@@ -295,12 +302,15 @@ std::vector<Shape> Shapes(const BenchModelOptions& o) {
   for (const std::string& path : o.models) {
     // The configuration only (the weights are loaded by Run, one model at a time; 16-bit ones
     // are only mapped here, not widened).
-    auto loaded = LoadAnyModel(path, LoadOptions{.keep_16bit = true});
+    auto loaded = LoadAnyModel(path, LoadOptions{.keep_stored = true});
     Check(loaded.status(), "--model " + path);
     Shape s;
     s.name = path;
     s.config = loaded.value().config;
     s.model_path = path;
+    if (loaded->matrices && KeepsStored(o)) {
+      s.stored_bytes = double(loaded->matrices->bytes()) + 4.0 * double(loaded->params.size());
+    }
     s.batch = 1;
     s.seq_len = std::min<int64_t>(s.config.context, 256);
     shapes.push_back(s);
@@ -407,7 +417,8 @@ void RegisterBenchModelCommand(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "tokens per training sequence")->check(size);
   cmd->add_option("--weights", o->weights,
                   "--model's linear layers: auto (as stored when --steps 0, else f32), stored "
-                  "(BF16/F16 stay 16-bit: inference only), f32")
+                  "(BF16/F16 stay 16-bit, GGUF's Q8_0/Q4_0/Q4_K/Q6_K stay quantized: inference "
+                  "only), f32")
       ->check(CLI::IsMember({"auto", "stored", "f32"}));
   cmd->add_option("--steps", o->steps, "timed training steps (5; 0: no training)")
       ->check(CLI::Range(0, 100000));

@@ -75,6 +75,10 @@ struct ModelConfig {
   bool residual = true;
   bool bias = true;            // biases in linear layers and LayerNorm
   bool qkv_bias = false;       // biases on q, k and v even when bias = false (Qwen2)
+  bool proj_bias = false;      // a bias on the attention output projection even when
+                               // bias = false (Llama's / Qwen3's attention_bias: q, k, v and o)
+  bool mlp_bias = false;       // biases on the MLP's matrices even when bias = false (Llama's
+                               // mlp_bias)
   MlpActivation mlp_activation = MlpActivation::kGeluTanh;
   bool parallel_residual = false;  // GPT-NeoX: x + attn(LN1(x)) + mlp(LN2(x)) (pre-LN only)
   bool tie_embeddings = true;  // lm_head = wte^T
@@ -120,6 +124,8 @@ struct ModelConfig {
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * d_model : mlp_hidden; }
   int64_t qkv_dim() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   bool has_qkv_bias() const { return bias || qkv_bias; }
+  bool has_proj_bias() const { return bias || proj_bias; }
+  bool has_mlp_bias() const { return bias || mlp_bias; }
   // Columns of the MLP's first matrix: 2F with SwiGLU's gate and up, else F.
   int64_t fc_dim() const { return mlp_activation == MlpActivation::kSwiGlu ? 2 * hidden() : hidden(); }
   // The causal sliding window of layer l (attention_window, or -1 where window_layers says 'f').

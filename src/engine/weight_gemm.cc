@@ -27,9 +27,26 @@ struct Panel {
 
 }  // namespace
 
+void WidenRows(const WeightBlock& b, const void* src, int64_t n, float* out) {
+  if (b.quant) {
+    b.quant->widen(static_cast<const uint8_t*>(src), n, out);
+  } else {
+    ConvertFromKvDtype(src, n, b.dtype, out);
+  }
+}
+
+int64_t WeightRowBytes(const WeightBlock& b, int64_t cols) {
+  if (b.quant) return cols / b.quant->block_elems * b.quant->block_bytes;
+  return cols * KvDtypeBytes(b.dtype);
+}
+
+std::string_view WeightTypeName(const WeightBlock& b) {
+  return b.quant ? b.quant->name : KvDtypeName(b.dtype);
+}
+
 int64_t WeightMatrix::bytes() const {
   int64_t n = 0;
-  for (const WeightBlock& b : blocks) n += b.rows * cols * KvDtypeBytes(b.dtype);
+  for (const WeightBlock& b : blocks) n += b.rows * WeightRowBytes(b, cols);
   return n;
 }
 
@@ -40,7 +57,14 @@ Status ValidateWeightMatrix(const WeightMatrix& w) {
   }
   int64_t rows = 0;
   for (const WeightBlock& b : w.blocks) {
-    const auto align = static_cast<uintptr_t>(KvDtypeBytes(b.dtype));
+    if (b.quant && (b.quant->block_elems <= 0 || b.quant->block_bytes <= 0 ||
+                    b.quant->widen == nullptr || w.cols % b.quant->block_elems != 0)) {
+      return Status::InvalidArgument(
+          "weight matrix block of " + std::string(b.quant->name) + " rows: " +
+          std::to_string(w.cols) + " columns are not whole blocks of " +
+          std::to_string(b.quant->block_elems) + " (or the codec is incomplete)");
+    }
+    const auto align = b.quant ? uintptr_t{1} : static_cast<uintptr_t>(KvDtypeBytes(b.dtype));
     if (b.data == nullptr || b.rows <= 0 || reinterpret_cast<uintptr_t>(b.data) % align != 0) {
       return Status::InvalidArgument("weight matrix block of " + std::to_string(b.rows) +
                                      " rows is null, empty or misaligned");
@@ -73,15 +97,15 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
   std::vector<AlignedBuffer<float>> scratch(tp.num_threads());
   tp.ParallelFor(static_cast<int64_t>(panels.size()), [&](int64_t t, int thread) {
     const Panel& p = panels[t];
-    const size_t elem = static_cast<size_t>(KvDtypeBytes(p.block->dtype));
-    const void* src = static_cast<const char*>(p.block->data) + p.row0 * K * elem;
+    const void* src =
+        static_cast<const char*>(p.block->data) + p.row0 * WeightRowBytes(*p.block, K);
     const float* wp;
-    if (p.block->dtype == KvDtype::kF32) {
+    if (p.block->dtype == KvDtype::kF32 && !p.block->quant) {
       wp = static_cast<const float*>(src);
     } else {
       AlignedBuffer<float>& s = scratch[thread];
       if (s.size() < static_cast<size_t>(p.rows * K)) s.Resize(static_cast<size_t>(step * K));
-      ConvertFromKvDtype(src, p.rows * K, p.block->dtype, s.data());
+      WidenRows(*p.block, src, p.rows * K, s.data());
       wp = s.data();
     }
     // Inside a task the pool runs Sgemm's tiles inline, on this thread.
@@ -99,9 +123,7 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
 void WeightRowToFloat(const WeightMatrix& w, int64_t r, float* out) {
   for (const WeightBlock& b : w.blocks) {
     if (r < b.rows) {
-      const size_t elem = static_cast<size_t>(KvDtypeBytes(b.dtype));
-      ConvertFromKvDtype(static_cast<const char*>(b.data) + r * w.cols * elem, w.cols, b.dtype,
-                         out);
+      WidenRows(b, static_cast<const char*>(b.data) + r * WeightRowBytes(b, w.cols), w.cols, out);
       return;
     }
     r -= b.rows;

@@ -1,6 +1,7 @@
-// Products with weights in their file's precision (weight_gemm.h): every block dtype, blocks of
-// awkward row counts (a panel never straddles two blocks), bias or none, 1 to 97 input rows,
-// against a double-precision reference on the widened weights; bad matrices refused.
+// Products with weights in their file's precision (weight_gemm.h): every block dtype and a toy
+// quantized row codec, blocks of awkward row counts (a panel never straddles two blocks), bias
+// or none, 1 to 97 input rows, against a double-precision reference on the widened weights;
+// bad matrices refused.
 //
 // Tolerance (derived as in gemm_test.cc): each output is a K-term fp32 dot product of x with
 // exactly representable widened weights, error at most gamma_K * sum_k |x_k w_k| (Higham eq. 3.5)
@@ -126,6 +127,88 @@ TEST(WeightGemm, ReproducibleForAThreadCountAndRowLookupIsExact) {
   for (int64_t k = 0; k < 300; ++k) ASSERT_EQ(row[k], s.widened[0][k]);
 }
 
+// A toy quantized row format: blocks of 4 elements in 5 bytes (int8 scale s, int8 q[4]),
+// x = s / 16 * q. Its 5-byte blocks put rows at any alignment, as GGUF's Q8_0 (34 bytes) does.
+void WidenToy(const uint8_t* src, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / 4; ++b) {
+    const float d = static_cast<float>(static_cast<int8_t>(src[5 * b])) / 16.0f;
+    for (int j = 0; j < 4; ++j) {
+      out[4 * b + j] = d * static_cast<float>(static_cast<int8_t>(src[5 * b + 1 + j]));
+    }
+  }
+}
+constexpr QuantCodec kToy{"TOY", 4, 5, &WidenToy};
+
+TEST(WeightGemm, QuantizedBlocksMatchADoubleReferenceOnTheirWidenedValues) {
+  ThreadPool pool(3);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> byte(-128, 127);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<bool>>> layouts = {
+      {{1}, {true}}, {{7, 1, 59}, {true, false, true}}, {{113, 97}, {false, true}}, {{1025}, {true}}};
+  for (const auto& [rows, quant] : layouts) {
+    for (int64_t cols : {4, 60, 100, 1028}) {
+      for (int64_t N : {1, 7, 97}) {
+        WeightMatrix w;
+        w.cols = cols;
+        std::vector<std::vector<uint8_t>> q;  // the stored blocks (1 byte past, to misalign)
+        std::vector<std::vector<uint16_t>> h;
+        std::vector<std::vector<float>> widened;
+        q.reserve(rows.size());
+        h.reserve(rows.size());
+        for (size_t b = 0; b < rows.size(); ++b) {
+          const int64_t n = rows[b] * cols;
+          std::vector<float> v(static_cast<size_t>(n));
+          if (quant[b]) {
+            std::vector<uint8_t>& bytes = q.emplace_back(static_cast<size_t>(n / 4 * 5 + 1));
+            for (uint8_t& x : bytes) x = static_cast<uint8_t>(byte(rng));
+            WidenToy(bytes.data() + 1, n, v.data());
+            w.blocks.push_back({bytes.data() + 1, KvDtype::kF32, rows[b], &kToy});
+          } else {
+            for (float& x : v) x = nd(rng);
+            std::vector<uint16_t>& hb = h.emplace_back(static_cast<size_t>(n));
+            ConvertToKvDtype(v.data(), n, KvDtype::kBF16, hb.data());
+            ConvertFromKvDtype(hb.data(), n, KvDtype::kBF16, v.data());
+            w.blocks.push_back({hb.data(), KvDtype::kBF16, rows[b]});
+          }
+          widened.push_back(std::move(v));
+          w.rows += rows[b];
+        }
+        ASSERT_TRUE(ValidateWeightMatrix(w).ok());
+        std::vector<float> x(static_cast<size_t>(N * cols));
+        for (float& v : x) v = nd(rng);
+        std::vector<float> y(static_cast<size_t>(N * w.rows), NAN);
+        MatmulWeightT(N, x.data(), w, nullptr, y.data(), &pool);
+        const double u = std::ldexp(1.0, -24), gamma = cols * u / (1 - cols * u);
+        for (int64_t i = 0; i < N; ++i) {
+          int64_t r = 0;
+          for (size_t b = 0; b < rows.size(); ++b) {
+            for (int64_t j = 0; j < rows[b]; ++j, ++r) {
+              double ref = 0.0, mag = 0.0;
+              for (int64_t k = 0; k < cols; ++k) {
+                const double p = double(x[i * cols + k]) * widened[b][j * cols + k];
+                ref += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_NEAR(y[i * w.rows + r], ref, 2 * gamma * mag + 1e-30)
+                  << "N " << N << " cols " << cols << " row " << r << " block " << b;
+            }
+          }
+        }
+        // Row lookups widen exactly.
+        std::vector<float> row(static_cast<size_t>(cols));
+        WeightRowToFloat(w, w.rows - 1, row.data());
+        for (int64_t k = 0; k < cols; ++k) {
+          ASSERT_EQ(row[k], widened.back()[(rows.back() - 1) * cols + k]);
+        }
+        int64_t bytes = 0;
+        for (size_t b = 0; b < rows.size(); ++b) bytes += rows[b] * (quant[b] ? cols / 4 * 5 : cols * 2);
+        EXPECT_EQ(w.bytes(), bytes);
+      }
+    }
+  }
+}
+
 TEST(WeightGemm, BadMatricesAreRefused) {
   std::vector<uint16_t> buf(64);
   WeightMatrix w;
@@ -138,6 +221,15 @@ TEST(WeightGemm, BadMatricesAreRefused) {
   w.blocks[0].data = reinterpret_cast<const char*>(buf.data()) + 1;
   EXPECT_FALSE(ValidateWeightMatrix(w).ok());  // misaligned
   w.blocks[0].data = nullptr;
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());
+  // Quantized rows: any alignment, but whole blocks of the codec and a complete codec.
+  w.blocks[0] = {reinterpret_cast<const char*>(buf.data()) + 1, KvDtype::kF32, 4, &kToy};
+  EXPECT_TRUE(ValidateWeightMatrix(w).ok());
+  w.cols = 6;
+  EXPECT_FALSE(ValidateWeightMatrix(w).ok());  // 6 columns are not whole 4-element blocks
+  w.cols = 8;
+  const QuantCodec broken{"BROKEN", 4, 5, nullptr};
+  w.blocks[0].quant = &broken;
   EXPECT_FALSE(ValidateWeightMatrix(w).ok());
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/files.h"
 #include "core/printable.h"
+#include "model/matrix_weights.h"  // internal::QuantCodec (engine/weight_gemm.h)
 
 namespace attnlab {
 
@@ -363,6 +364,36 @@ Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t n, float* out,
       break;  // excluded above
   }
   return Status::Ok();
+}
+
+namespace {
+
+// Whole rows of a block type for the engine's products (engine/weight_gemm.h).
+template <void (*kBlock)(const uint8_t*, float*), int64_t kElems, int64_t kBytes>
+void WidenBlocks(const uint8_t* src, int64_t n, float* out) {
+  for (int64_t i = 0; i < n / kElems; ++i) kBlock(src + i * kBytes, out + i * kElems);
+}
+
+constexpr internal::QuantCodec kQ8_0Codec{"Q8_0", 32, 34, &WidenBlocks<DequantQ8_0, 32, 34>};
+constexpr internal::QuantCodec kQ4_0Codec{"Q4_0", 32, 18, &WidenBlocks<DequantQ4_0, 32, 18>};
+constexpr internal::QuantCodec kQ4_KCodec{"Q4_K", 256, 144, &WidenBlocks<DequantQ4_K, 256, 144>};
+constexpr internal::QuantCodec kQ6_KCodec{"Q6_K", 256, 210, &WidenBlocks<DequantQ6_K, 256, 210>};
+
+}  // namespace
+
+const internal::QuantCodec* GgmlRowCodec(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ8_0:
+      return &kQ8_0Codec;
+    case GgmlType::kQ4_0:
+      return &kQ4_0Codec;
+    case GgmlType::kQ4_K:
+      return &kQ4_KCodec;
+    case GgmlType::kQ6_K:
+      return &kQ6_KCodec;
+    default:
+      return nullptr;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,10 @@
 
 #include "attnlab/status.h"
 
+namespace attnlab::internal {
+struct QuantCodec;  // engine/weight_gemm.h
+}  // namespace attnlab::internal
+
 namespace attnlab {
 
 inline constexpr uint64_t kGgufDefaultAlignment = 32;
@@ -116,6 +120,11 @@ bool GgmlTypeDequantizable(GgmlType t);
 // <what>" for a type outside GgmlTypeDequantizable, or when n is not a whole number of blocks.
 Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t n, float* out,
                       std::string_view what);
+
+// The row codec (engine/weight_gemm.h) that widens the quantized types DequantizeGgml reads
+// (Q8_0, Q4_0, Q4_K, Q6_K), so their matrices can stay quantized in memory; nullptr for any
+// other type (plain types are KvDtypes there).
+const internal::QuantCodec* GgmlRowCodec(GgmlType t);
 
 // One metadata value. Scalars keep their exact value in the member for their kind; arrays hold
 // their elements in the vector for the element kind.

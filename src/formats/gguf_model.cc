@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <map>
 #include <numbers>
@@ -64,10 +65,7 @@ class GgufTensorSource : public TensorSource {
     if (e.map == RowMap::kNone) return file_.ReadFloat(t, out);
     const int64_t rows = e.info.shape[0];
     const int64_t row_len = rows == 0 ? 0 : e.info.numel() / rows;
-    auto source_row = [&](int64_t r) {
-      return e.map == RowMap::kLlamaPermute ? LlamaCppUnpermutedRow(r, e.head_dim)
-                                            : GptNeoXFusedQkvRow(r, e.heads, e.head_dim);
-    };
+    auto source_row = [&](int64_t r) { return SourceRow(e, r); };
     if (t.dims.size() >= 2) {
       // A weight: HF row r is ggml row source_row(r) (ggml rows are dims[0] long).
       for (int64_t r = 0; r < rows; ++r) {
@@ -85,15 +83,51 @@ class GgufTensorSource : public TensorSource {
     return Status::Ok();
   }
 
-  Mapped MappedBytes(const std::string& name) const override {
+  // Matrices in F32, F16, BF16 or a type GgmlRowCodec widens: in place, or (Q/K rows permuted
+  // by llama.cpp, GPT-NeoX's fused rows) an owned copy of the stored rows in HF's order.
+  Mapped StoredRows(const std::string& name) const override {
     auto it = entries_.find(name);
-    if (it == entries_.end() || it->second.map != RowMap::kNone) return {};
-    const GgufTensorInfo& t = file_.tensors()[it->second.index];
-    if (t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) return {};
-    return {file_.Bytes(t), file_.keepalive()};
+    if (it == entries_.end() || it->second.info.shape.size() != 2) return {};
+    const Entry& e = it->second;
+    const GgufTensorInfo& t = file_.tensors()[e.index];
+    Mapped m;
+    switch (t.type) {
+      case GgmlType::kF32: m.dtype = KvDtype::kF32; break;
+      case GgmlType::kF16: m.dtype = KvDtype::kF16; break;
+      case GgmlType::kBF16: m.dtype = KvDtype::kBF16; break;
+      default:
+        m.quant = GgmlRowCodec(t.type);
+        if (m.quant == nullptr) return {};
+    }
+    const std::span<const uint8_t> bytes = file_.Bytes(t);
+    const int64_t rows = e.info.shape[0];
+    if (rows <= 0 || bytes.size() % static_cast<size_t>(rows) != 0) return {};
+    if (e.map == RowMap::kNone) {
+      m.bytes = bytes;
+      m.keepalive = file_.keepalive();
+      return m;
+    }
+    const size_t row_bytes = bytes.size() / static_cast<size_t>(rows);
+    // Owned, 8-byte aligned (16-bit rows need 2).
+    auto buf = std::make_shared<std::vector<uint64_t>>((bytes.size() + 7) / 8);
+    auto* dst = reinterpret_cast<uint8_t*>(buf->data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                  bytes.data() + static_cast<size_t>(SourceRow(e, r)) * row_bytes, row_bytes);
+    }
+    m.bytes = {dst, bytes.size()};
+    m.keepalive = std::move(buf);
+    m.in_place = false;
+    return m;
   }
 
  private:
+  // The ggml row that holds HF row r of a row-mapped tensor.
+  static int64_t SourceRow(const Entry& e, int64_t r) {
+    return e.map == RowMap::kLlamaPermute ? LlamaCppUnpermutedRow(r, e.head_dim)
+                                          : GptNeoXFusedQkvRow(r, e.heads, e.head_dim);
+  }
+
   GgufFile file_;
   std::map<std::string, Entry> entries_;
 };
@@ -231,7 +265,9 @@ class Mapper {
       c["rms_norm_eps"] = eps;
       c["hidden_act"] = "silu";
       c["attention_bias"] = f_.FindTensor("blk.0.attn_q.bias") != nullptr ||
-                            f_.FindTensor("blk.0.attn_k.bias") != nullptr;
+                            f_.FindTensor("blk.0.attn_k.bias") != nullptr ||
+                            f_.FindTensor("blk.0.attn_output.bias") != nullptr;
+      if (arch_ == "llama") c["mlp_bias"] = f_.FindTensor("blk.0.ffn_down.bias") != nullptr;
       if (f_.Has(Key("attention.sliding_window"))) {
         ATTNLAB_ASSIGN_OR_RETURN(const uint64_t w, f_.GetUint(Key("attention.sliding_window")));
         c["sliding_window"] = w;

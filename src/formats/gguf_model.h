@@ -90,7 +90,8 @@ struct GgufAsHf {
 // rope_scaling (null, or {rope_type, type, factor[, original_max_position_embeddings]} from
 // rope.scaling.*), bos_token_id / eos_token_id when the vocabulary has them; llama family:
 // num_key_value_heads, head_dim (attention.key_length, else hidden / heads), rms_norm_eps,
-// hidden_act "silu", attention_bias (blk.0.attn_q/k.bias present), sliding_window when present;
+// hidden_act "silu", attention_bias (blk.0.attn_q/k/output.bias present), llama's mlp_bias
+// (blk.0.ffn_down.bias present), sliding_window when present;
 // gpt_neox: layer_norm_eps, rotary_pct (rope.dimension_count / head_dim), rotary_emb_base,
 // use_parallel_residual (default true), hidden_act "gelu". Float32 values are given as the
 // shortest decimal that rounds to them (1e-06, not 9.99999997e-07), as config.json has them.

@@ -2,7 +2,10 @@
 #include "formats/hf_decoder.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "core/files.h"
@@ -248,15 +251,16 @@ Result<ModelConfig> HfDecoderConfig(const json& cfg, const std::string& name,
     c.mlp_activation = MlpActivation::kSwiGlu;
     c.bias = false;
     c.qkv_bias = type == "qwen2";
-    bool attention_bias = false, mlp_bias = false;
-    // Qwen2 always has q/k/v biases and never an o_proj bias: its config has no such key (a
-    // converter may still write one, meaning the q/k/v biases).
-    if (type != "qwen2") ATTNLAB_RETURN_IF_ERROR(r.Bool("attention_bias", &attention_bias));
-    ATTNLAB_RETURN_IF_ERROR(r.Bool("mlp_bias", &mlp_bias));
-    if (attention_bias || mlp_bias) {
-      return r.Unsupported("attention_bias / mlp_bias = true (biases on o_proj or the MLP) are "
-                           "not supported");
+    // As transformers reads them: Llama's and Qwen3's attention_bias puts biases on q, k, v and
+    // o; Llama's mlp_bias on gate, up and down. Qwen2 always has q/k/v biases and never an o
+    // bias (a converter may still write attention_bias, meaning the q/k/v ones); Mistral's
+    // and Qwen2/3's MLPs, and Mistral's attention, have no biases whatever the keys say.
+    if (type == "llama" || type == "qwen3") {
+      bool attention_bias = false;
+      ATTNLAB_RETURN_IF_ERROR(r.Bool("attention_bias", &attention_bias));
+      c.qkv_bias = c.proj_bias = attention_bias;
     }
+    if (type == "llama") ATTNLAB_RETURN_IF_ERROR(r.Bool("mlp_bias", &c.mlp_bias));
     c.qk_norm = type == "qwen3";
     c.rope_base = 10000.0;
     ATTNLAB_RETURN_IF_ERROR(r.Double("rope_theta", &c.rope_base));
@@ -279,25 +283,6 @@ Result<ModelConfig> HfDecoderConfig(const json& cfg, const std::string& name,
 namespace {
 
 // CheckFinite (loaded_model.h) for n stored elements of `type`, with the same message.
-Status CheckFiniteStored(const uint8_t* p, int64_t n, KvDtype type, const std::string& what,
-                         const std::string& tensor) {
-  if (type == KvDtype::kF32) {
-    return CheckFinite(reinterpret_cast<const float*>(p), n, what, tensor);
-  }
-  const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
-  const uint16_t exp = type == KvDtype::kBF16 ? 0x7f80 : 0x7c00;
-  for (int64_t i = 0; i < n; ++i) {
-    if ((u[i] & exp) == exp) {
-      const float x = type == KvDtype::kBF16 ? Bf16ToFloat(u[i]) : F16ToFloat(u[i]);
-      const char* kind = std::isnan(x) ? "NaN" : (x > 0 ? "+Inf" : "-Inf");
-      return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind +
-                                     " at index " + std::to_string(i) + " (of " +
-                                     std::to_string(n) + " values)");
-    }
-  }
-  return Status::Ok();
-}
-
 // Reads HF tensors into the parameter store, remembering which were used.
 class TensorMapper {
  public:
@@ -336,37 +321,65 @@ class TensorMapper {
     }
     return Status::Ok();
   }
-  // The 16-bit type a matrix keeps (F16/BF16 as stored), or kF32 for anything else.
+  // The 16-bit type of an owned copy of a matrix (F16/BF16 as stored), or kF32 for others.
   KvDtype StoredType(const std::string& name) const {
     const SourceTensorInfo* info = src_.Find(name);
     if (info && info->dtype == "BF16") return KvDtype::kBF16;
     if (info && info->dtype == "F16") return KvDtype::kF16;
     return KvDtype::kF32;
   }
-  // An nn.Linear weight [out, in] as the next row block of *w (matrix_weights.h): in place in
-  // the mapped file where the format stores it as is (F32/F16/BF16, aligned), else an owned copy
-  // in its stored 16-bit type (exact: the values came from it) or in fp32. Non-finite values are
-  // an error, as on the fp32 path.
+  // An nn.Linear weight [out, in] as the next row block of *w (matrix_weights.h), as stored
+  // (F32/F16/BF16 or quantized rows): in place in the mapped file where the format keeps it in
+  // this layout, else an owned copy of the stored bytes. source_row, when given, regroups rows:
+  // row r of the block is stored row source_row(r) (an owned copy). Where the stored bytes are
+  // not available (misaligned 16-bit data, other dtypes) an owned copy widened from ReadFloat,
+  // kept 16-bit when stored so (exact: the values came from it). Non-finite values are an error,
+  // as on the fp32 path.
   Status AddBlock(const std::string& name, int64_t out, int64_t in, MatrixWeights* mw,
-                  internal::WeightMatrix* w) {
+                  internal::WeightMatrix* w,
+                  const std::function<int64_t(int64_t)>& source_row = nullptr) {
     const SourceTensorInfo* info = src_.Find(name);
-    const KvDtype type = StoredType(name);
-    const TensorSource::Mapped mapped = src_.MappedBytes(name);
-    const size_t elem = static_cast<size_t>(KvDtypeBytes(type));
-    if (info && info->shape == std::vector<int64_t>{out, in} && !mapped.bytes.empty() &&
-        mapped.bytes.size() == static_cast<size_t>(out * in) * elem &&
-        reinterpret_cast<uintptr_t>(mapped.bytes.data()) % elem == 0) {
-      ATTNLAB_RETURN_IF_ERROR(CheckFiniteStored(mapped.bytes.data(), out * in, type, info->file, name));
-      used_.insert(name);
-      mw->keep.push_back(mapped.keepalive);
-      mw->mapped_bytes += out * in * static_cast<int64_t>(elem);
-      w->blocks.push_back({mapped.bytes.data(), type, out});
-      w->rows += out;
-      w->cols = in;
+    const TensorSource::Mapped m =
+        info && info->shape == std::vector<int64_t>{out, in} ? src_.StoredRows(name)
+                                                             : TensorSource::Mapped{};
+    internal::WeightBlock b{m.bytes.data(), m.dtype, out, m.quant};
+    const bool usable =
+        !m.bytes.empty() &&
+        (m.quant ? m.quant->block_elems > 0 && in % m.quant->block_elems == 0
+                 : reinterpret_cast<uintptr_t>(b.data) % KvDtypeBytes(m.dtype) == 0) &&
+        m.bytes.size() == static_cast<size_t>(out * internal::WeightRowBytes(b, in));
+    if (!usable) {
+      ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> v, Read(name, {out, in}));
+      if (source_row) {
+        std::vector<float> g(v.size());
+        for (int64_t r = 0; r < out; ++r) {
+          std::copy_n(v.begin() + source_row(r) * in, in, g.begin() + r * in);
+        }
+        v.swap(g);
+      }
+      AddOwned(v.data(), out, in, StoredType(name), mw, w);
       return Status::Ok();
     }
-    ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> v, Read(name, {out, in}));
-    AddOwned(v.data(), out, in, type, mw, w);
+    ATTNLAB_RETURN_IF_ERROR(CheckFiniteStored(b, in, info->file, name));
+    used_.insert(name);
+    if (source_row) {
+      const int64_t row_bytes = internal::WeightRowBytes(b, in);
+      auto buf = std::make_shared<AlignedBuffer<float>>(
+          static_cast<size_t>((out * row_bytes + 3) / 4));
+      auto* dst = reinterpret_cast<uint8_t*>(buf->data());
+      for (int64_t r = 0; r < out; ++r) {
+        std::memcpy(dst + r * row_bytes, m.bytes.data() + source_row(r) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
+      b.data = buf->data();
+      mw->keep.push_back(std::move(buf));
+    } else {
+      mw->keep.push_back(m.keepalive);
+      if (m.in_place) mw->mapped_bytes += out * internal::WeightRowBytes(b, in);
+    }
+    w->blocks.push_back(b);
+    w->rows += out;
+    w->cols = in;
     return Status::Ok();
   }
   // rows x cols floats (exactly representable in `type`) as an owned block of *w.
@@ -380,6 +393,14 @@ class TensorMapper {
     w->rows += rows;
     w->cols = cols;
     mw->keep.push_back(std::move(buf));
+  }
+  // True if any of `names` is stored in a type other than F32 (16-bit or quantized).
+  bool AnyNotF32(const std::vector<std::string>& names) const {
+    for (const std::string& n : names) {
+      const SourceTensorInfo* info = src_.Find(n);
+      if (info && info->dtype != "F32") return true;
+    }
+    return false;
   }
   bool Has(const std::string& name) const { return src_.Find(name) != nullptr; }
   // Every tensor of the source that was not used and is not a known non-parameter buffer.
@@ -423,6 +444,13 @@ Status MapLlamaVectors(TensorMapper& t, const ModelConfig& c, int64_t l, const L
   if (p.q_norm) {
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.q_norm.weight", {hd}, p.q_norm));
     ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.k_norm.weight", {hd}, p.k_norm));
+  }
+  if (p.proj_b) ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "self_attn.o_proj.bias", {C}, p.proj_b));
+  if (p.fc_b) {  // gate | up, as the matrix
+    const int64_t F = c.hidden();
+    ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "mlp.gate_proj.bias", {F}, p.fc_b));
+    ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "mlp.up_proj.bias", {F}, p.fc_b + F));
+    ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "mlp.down_proj.bias", {C}, p.fcproj_b));
   }
   return Status::Ok();
 }
@@ -475,7 +503,7 @@ Status MapNeoxLayer(TensorMapper& t, const ModelConfig& c, int64_t l, const Laye
   return t.Copy(h + "mlp.dense_4h_to_h.bias", {C}, p.fcproj_b);
 }
 
-// The 16-bit path (LoadOptions::keep_16bit): layer l's vectors into the store (as
+// The stored-weights path (LoadOptions::keep_stored): layer l's vectors into the store (as
 // MapLlamaLayer, whose matrix pointers are null here) and its matrices into *lm, rows in
 // nn.Linear's order: q | k | v, o, gate | up, down.
 Status MapLlamaLayerMatrices(TensorMapper& t, const ModelConfig& c, int64_t l,
@@ -495,26 +523,20 @@ Status MapLlamaLayerMatrices(TensorMapper& t, const ModelConfig& c, int64_t l,
 
 Status MapNeoxLayerMatrices(TensorMapper& t, const ModelConfig& c, int64_t l,
                             const LayerParams& p, MatrixWeights* mw, LayerMatrices* lm) {
-  const int64_t C = c.d_model, H = c.n_head, hd = c.head_dim(), A = c.attn_dim(), F = c.hidden();
+  const int64_t C = c.d_model, hd = c.head_dim(), A = c.attn_dim(), F = c.hidden();
   const std::string h = "gpt_neox.layers." + std::to_string(l) + ".";
   ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "input_layernorm.weight", {C}, p.ln1_w));
   ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "input_layernorm.bias", {C}, p.ln1_b));
   {
     // query_key_value rows [H, 3, hd] regrouped to q | k | v (as MapNeoxLayer): an owned copy.
     const std::string qkv = h + "attention.query_key_value.";
-    ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> w, t.Read(qkv + "weight", {3 * A, C}));
+    auto source_row = [&](int64_t to) {  // to = part * A + head * hd + e
+      const int64_t part = to / A, head = (to % A) / hd, e = to % hd;
+      return head * 3 * hd + part * hd + e;
+    };
+    ATTNLAB_RETURN_IF_ERROR(t.AddBlock(qkv + "weight", 3 * A, C, mw, &lm->qkv, source_row));
     ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> b, t.Read(qkv + "bias", {3 * A}));
-    std::vector<float> rows(w.size());
-    for (int64_t head = 0; head < H; ++head) {
-      for (int64_t part = 0; part < 3; ++part) {
-        for (int64_t e = 0; e < hd; ++e) {
-          const int64_t r = head * 3 * hd + part * hd + e, to = part * A + head * hd + e;
-          std::copy(w.begin() + r * C, w.begin() + (r + 1) * C, rows.begin() + to * C);
-          p.qkv_b[to] = b[r];
-        }
-      }
-    }
-    TensorMapper::AddOwned(rows.data(), 3 * A, C, t.StoredType(qkv + "weight"), mw, &lm->qkv);
+    for (int64_t to = 0; to < 3 * A; ++to) p.qkv_b[to] = b[static_cast<size_t>(source_row(to))];
   }
   ATTNLAB_RETURN_IF_ERROR(t.AddBlock(h + "attention.dense.weight", C, A, mw, &lm->proj));
   ATTNLAB_RETURN_IF_ERROR(t.Copy(h + "attention.dense.bias", {C}, p.proj_b));
@@ -572,10 +594,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensors(const 
       e.push_back({h + "self_attn.k_norm.weight", {hd}});
     }
     e.push_back({h + "self_attn.o_proj.weight", {C, A}});
+    if (c.has_proj_bias()) e.push_back({h + "self_attn.o_proj.bias", {C}});
     e.push_back({h + "post_attention_layernorm.weight", {C}});
     e.push_back({h + "mlp.gate_proj.weight", {F, C}});
     e.push_back({h + "mlp.up_proj.weight", {F, C}});
     e.push_back({h + "mlp.down_proj.weight", {C, F}});
+    if (c.has_mlp_bias()) {
+      e.push_back({h + "mlp.gate_proj.bias", {F}});
+      e.push_back({h + "mlp.up_proj.bias", {F}});
+      e.push_back({h + "mlp.down_proj.bias", {C}});
+    }
   }
   e.push_back({"model.norm.weight", {C}});
   if (!c.tie_embeddings) e.push_back({"lm_head.weight", {V, C}});
@@ -609,9 +637,13 @@ Result<LoadedModel> LoadHfDecoder(const json& cfg, const std::string& config_nam
   }
   TensorMapper t(tensors, type);
   const int64_t V = c.vocab_size, C = c.d_model;
-  // 16-bit matrices when asked for and the file stores its embedding as BF16/F16 (a released
-  // model's matrices share one dtype; any other tensor is still read in whatever it is stored).
-  const bool keep16 = options.keep_16bit && t.StoredType(embed) != KvDtype::kF32;
+  // Matrices as stored when asked for and the file stores any of them in a type other than F32
+  // (BF16/F16, GGUF's quantized types; F32 ones among them are mapped as they are).
+  std::vector<std::string> matrix_names;
+  for (const auto& [name, shape] : ExpectedTensors(c, neox)) {
+    if (shape.size() == 2) matrix_names.push_back(name);
+  }
+  const bool keep16 = options.keep_stored && t.AnyNotF32(matrix_names);
   m.params = ParameterStore(c, keep16 ? ParameterStore::Matrices::kOutside
                                       : ParameterStore::Matrices::kInside);
   const ModelParams& P = m.params.ptrs();
@@ -630,7 +662,18 @@ Result<LoadedModel> LoadHfDecoder(const json& cfg, const std::string& config_nam
     } else {
       ATTNLAB_RETURN_IF_ERROR(t.AddBlock(head, V, C, mw.get(), &mw->head));
     }
-    m.meta["weights"] = json{{"linear_dtype", std::string(KvDtypeName(mw->embed.blocks[0].dtype))},
+    std::map<std::string, int64_t> types;  // matrix rows per stored type
+    auto count = [&](const internal::WeightMatrix& w) {
+      for (const internal::WeightBlock& b : w.blocks) {
+        types[std::string(internal::WeightTypeName(b))] += b.rows;
+      }
+    };
+    count(mw->embed);
+    if (!c.tie_embeddings) count(mw->head);
+    for (const LayerMatrices& lm : mw->layers) {
+      for (const auto* w : {&lm.qkv, &lm.proj, &lm.fc, &lm.fcproj}) count(*w);
+    }
+    m.meta["weights"] = json{{"linear_rows_by_type", types},
                              {"linear_bytes", mw->bytes()},
                              {"mapped_bytes", mw->mapped_bytes}};
     m.matrices = std::move(mw);

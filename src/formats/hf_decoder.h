@@ -10,10 +10,12 @@
 //                  intermediate_size, vocab_size, context = max_position_embeddings, RoPE
 //                  (rotate_half layout = attnlab's kNeox) with base rope_theta, tie_embeddings =
 //                  tie_word_embeddings, pre-norm, standard softmax, causal
-//   llama, mistral RMSNorm (rms_norm_eps), SwiGLU (hidden_act silu), no biases
-//                  (attention_bias = true: biases on q, k, v; o_proj's bias is not supported)
-//   qwen2          as llama, plus biases on q, k, v
-//   qwen3          as llama, plus per-head RMSNorm of q and k (q_norm, k_norm)
+//   llama, mistral RMSNorm (rms_norm_eps), SwiGLU (hidden_act silu), no biases; llama's
+//                  attention_bias = true: biases on q, k, v and o (qkv_bias, proj_bias), its
+//                  mlp_bias = true: on gate, up and down (mlp_bias); mistral has none
+//   qwen2          as llama, plus biases on q, k, v (never o; no attention_bias key)
+//   qwen3          as llama, plus per-head RMSNorm of q and k (q_norm, k_norm); attention_bias
+//                  as llama's
 //   gpt_neox       LayerNorm with biases (layer_norm_eps), biases everywhere, GELU (hidden_act
 //                  "gelu" exact erf, "gelu_new"/"gelu_pytorch_tanh" tanh), partial rotary
 //                  rotary_dim = head_dim * rotary_pct, base rotary_emb_base, parallel residual
@@ -29,7 +31,7 @@
 //                  layer_types ["sliding_attention" | "full_attention", ...] wherever given
 //
 // Tensor names (HF [out, in] weights are transposed into attnlab's [in, out]; with
-// LoadOptions::keep_16bit they stay [out, in] as MatrixWeights' row blocks instead):
+// LoadOptions::keep_stored they stay [out, in] as MatrixWeights' row blocks instead):
 //   model.embed_tokens.weight [V, C]                       -> wte
 //   model.layers.N.input_layernorm.weight                  -> h.N.ln1.weight
 //   model.layers.N.self_attn.{q,k,v}_proj.{weight,bias}    -> h.N.attn.qkv.{weight,bias} (q|k|v)
@@ -67,7 +69,7 @@ Result<ModelConfig> HfDecoderConfig(const nlohmann::json& cfg, const std::string
                                     std::vector<std::string>* notes);
 
 // The model from a parsed config.json and its tensors. `path` is what LoadedModel::path says.
-// options.keep_16bit: BF16/F16 linear layers stay 16-bit (LoadedModel::matrices), mapped from
+// options.keep_stored: BF16/F16 linear layers stay 16-bit (LoadedModel::matrices), mapped from
 // the file where its layout allows.
 Result<LoadedModel> LoadHfDecoder(const nlohmann::json& cfg, const std::string& config_name,
                                   const TensorSource& tensors, const std::string& path,

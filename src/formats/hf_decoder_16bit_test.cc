@@ -1,4 +1,4 @@
-// LoadOptions::keep_16bit: a BF16/F16 checkpoint's linear layers stay 16-bit, read in place from
+// LoadOptions::keep_stored: a BF16/F16 checkpoint's linear layers stay 16-bit, read in place from
 // the (here in-memory) mapped tensors where the layout allows; the model then computes what the
 // fp32-widened model computes, decodes like its full forward, and refuses to train.
 //
@@ -23,7 +23,7 @@ namespace {
 
 using nlohmann::json;
 
-// Tensors held in memory in a chosen dtype; MappedBytes exposes them as a mapped file would.
+// Tensors held in memory in a chosen dtype; StoredRows exposes them as a mapped file would.
 class MemorySource final : public TensorSource {
  public:
   struct T {
@@ -69,12 +69,16 @@ class MemorySource final : public TensorSource {
     }
     return Status::Ok();
   }
-  Mapped MappedBytes(const std::string& name) const override {
+  Mapped StoredRows(const std::string& name) const override {
     const T& x = t.at(name);
+    Mapped m;
     const auto* p = x.h.empty() ? reinterpret_cast<const uint8_t*>(x.f.data())
                                 : reinterpret_cast<const uint8_t*>(x.h.data());
     const size_t n = x.h.empty() ? x.f.size() * 4 : x.h.size() * 2;
-    return {{p, n}, nullptr};
+    m.bytes = {p, n};
+    m.dtype = x.h.empty() ? KvDtype::kF32
+                          : (x.info.dtype == "BF16" ? KvDtype::kBF16 : KvDtype::kF16);
+    return m;
   }
   const void* Data(const std::string& name) const {
     const T& x = t.at(name);
@@ -169,8 +173,8 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const
 }
 
 void CheckFamily(const json& cfg, const MemorySource& src, KvDtype dtype, bool neox) {
-  auto m16 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_16bit = true});
-  auto m32 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_16bit = false});
+  auto m16 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_stored = true});
+  auto m32 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_stored = false});
   ASSERT_TRUE(m16.ok()) << m16.status().ToString();
   ASSERT_TRUE(m32.ok()) << m32.status().ToString();
   ASSERT_NE(m16->matrices, nullptr);
@@ -226,7 +230,7 @@ void CheckFamily(const json& cfg, const MemorySource& src, KvDtype dtype, bool n
   EXPECT_TRUE(std::isfinite(loss));
   const Status b = (*g16)->Backward();
   EXPECT_FALSE(b.ok());
-  EXPECT_NE(b.message().find("16 bits"), std::string::npos) << b.message();
+  EXPECT_NE(b.message().find("as stored (16-bit or quantized)"), std::string::npos) << b.message();
 }
 
 TEST(HfDecoder16Bit, Qwen2Bf16MatchesTheWidenedModelFromTheFileInPlace) {
@@ -243,7 +247,7 @@ TEST(HfDecoder16Bit, GptNeoxBf16RegroupsItsFusedQkvIntoAnOwned16BitCopy) {
 
 TEST(HfDecoder16Bit, Fp32FilesAndTheDefaultOptionsKeepFp32Weights) {
   const MemorySource f32 = Qwen2Tensors(KvDtype::kF32, 4);
-  auto m = LoadHfDecoder(Qwen2Config(), "config.json", f32, "mem", LoadOptions{.keep_16bit = true});
+  auto m = LoadHfDecoder(Qwen2Config(), "config.json", f32, "mem", LoadOptions{.keep_stored = true});
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->matrices, nullptr);
   const MemorySource b16 = Qwen2Tensors(KvDtype::kBF16, 4);
@@ -255,14 +259,14 @@ TEST(HfDecoder16Bit, Fp32FilesAndTheDefaultOptionsKeepFp32Weights) {
 TEST(HfDecoder16Bit, NonFiniteStoredWeightsAreRefusedLikeOnTheFp32Path) {
   MemorySource s = Qwen2Tensors(KvDtype::kBF16, 6);
   s.t["model.layers.1.mlp.up_proj.weight"].h[17] = 0x7fc0;  // bf16 NaN
-  auto m = LoadHfDecoder(Qwen2Config(), "config.json", s, "mem", LoadOptions{.keep_16bit = true});
+  auto m = LoadHfDecoder(Qwen2Config(), "config.json", s, "mem", LoadOptions{.keep_stored = true});
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().message(),
             "mem/model.layers.1.mlp.up_proj.weight: tensor 'model.layers.1.mlp.up_proj.weight' "
             "has NaN at index 17 (of 1536 values)");
   MemorySource f = Qwen2Tensors(KvDtype::kF16, 6);
   f.t["model.layers.0.self_attn.o_proj.weight"].h[3] = 0xfc00;  // f16 -Inf
-  auto n = LoadHfDecoder(Qwen2Config(), "config.json", f, "mem", LoadOptions{.keep_16bit = true});
+  auto n = LoadHfDecoder(Qwen2Config(), "config.json", f, "mem", LoadOptions{.keep_stored = true});
   ASSERT_FALSE(n.ok());
   EXPECT_NE(n.status().message().find("has -Inf at index 3"), std::string::npos);
 }

@@ -119,6 +119,34 @@ TEST(HfDecoderConfig, RopeScalingTypes) {
   EXPECT_EQ(Convert(j)->rope_scaling, RopeScaling::kNone);
 }
 
+TEST(HfDecoderConfig, BiasKeysAsTransformersReadsThem) {
+  json j = Llama();
+  auto c = Convert(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->bias || c->qkv_bias || c->proj_bias || c->mlp_bias);
+  j["attention_bias"] = true;  // LlamaAttention: q, k, v and o
+  c = Convert(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qkv_bias && c->proj_bias);
+  EXPECT_FALSE(c->mlp_bias || c->bias);
+  j["mlp_bias"] = true;  // LlamaMLP: gate, up and down
+  EXPECT_TRUE(Convert(j)->mlp_bias);
+  j["model_type"] = "qwen3";  // Qwen3Attention reads attention_bias; its MLP has no biases
+  c = Convert(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qkv_bias && c->proj_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  j["model_type"] = "mistral";  // no biases whatever the keys say
+  c = Convert(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->qkv_bias || c->proj_bias || c->mlp_bias);
+  j["model_type"] = "qwen2";  // q, k, v always; never o
+  c = Convert(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->proj_bias || c->mlp_bias);
+}
+
 TEST(HfDecoderConfig, RefusesWhatTheDecoderCannotReproduceNamingTheKey) {
   auto refuses = [](json j, const std::string& needle) {
     auto c = Convert(j);
@@ -138,9 +166,6 @@ TEST(HfDecoderConfig, RefusesWhatTheDecoderCannotReproduceNamingTheKey) {
   j = Llama();
   j["hidden_act"] = "gelu";
   refuses(j, "hidden_act 'gelu'");
-  j = Llama();
-  j["attention_bias"] = true;
-  refuses(j, "attention_bias");
   j = Llama();
   j["num_hidden_layers"] = int64_t{1} << 40;
   refuses(j, "num_hidden_layers");

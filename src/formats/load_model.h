@@ -17,7 +17,7 @@ namespace attnlab {
 //   a directory with model.safetensors, or a safetensors file -> LoadHfGpt2 (hf_gpt2.h)
 //   a file starting with llm.c's magic 20240326 -> LoadLlmc (llmc.h)
 // Anything else: InvalidArgument "not a model: expected ..." (NotFound when nothing is there).
-// options.keep_16bit (inference): HF decoder folders and GGUF files stored in BF16/F16 keep
+// options.keep_stored (inference): HF decoder folders and GGUF files stored in BF16/F16 keep
 // their linear layers 16-bit (LoadedModel::matrices); other formats ignore it.
 Result<LoadedModel> LoadAnyModel(const std::string& path, const LoadOptions& options = {});
 

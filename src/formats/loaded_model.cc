@@ -1,20 +1,62 @@
 #include "formats/loaded_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "formats/safetensors.h"
 #include "model/gpt.h"
 
 namespace attnlab {
 
+namespace {
+
+int64_t FirstNonFinite(const float* x, int64_t n) {
+  int64_t i = 0;
+  while (i < n && std::isfinite(x[i])) ++i;
+  return i;
+}
+
+Status NonFinite(float x, int64_t i, int64_t n, const std::string& what,
+                 const std::string& tensor) {
+  const char* kind = std::isnan(x) ? "NaN" : (x > 0 ? "+Inf" : "-Inf");
+  return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind + " at index " +
+                                 std::to_string(i) + " (of " + std::to_string(n) + " values)");
+}
+
+}  // namespace
+
 Status CheckFinite(const float* x, int64_t n, const std::string& what, const std::string& tensor) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      const char* kind = std::isnan(x[i]) ? "NaN" : (x[i] > 0 ? "+Inf" : "-Inf");
-      return Status::InvalidArgument(what + ": tensor '" + tensor + "' has " + kind + " at index " +
-                                     std::to_string(i) + " (of " + std::to_string(n) + " values)");
+  const int64_t i = FirstNonFinite(x, n);
+  return i == n ? Status::Ok() : NonFinite(x[i], i, n, what, tensor);
+}
+
+Status CheckFiniteStored(const internal::WeightBlock& b, int64_t cols, const std::string& what,
+                         const std::string& tensor) {
+  const int64_t n = b.rows * cols;
+  if (!b.quant && b.dtype == KvDtype::kF32) {
+    return CheckFinite(static_cast<const float*>(b.data), n, what, tensor);
+  }
+  // Widen ~64K elements (whole rows) at a time; 16-bit values are looked at widened only when
+  // their exponent bits are all ones (NaN/Inf).
+  const int64_t step = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
+  const int64_t row_bytes = internal::WeightRowBytes(b, cols);
+  const auto* bytes = static_cast<const uint8_t*>(b.data);
+  std::vector<float> buf(static_cast<size_t>(std::min(step, b.rows) * cols));
+  for (int64_t r = 0; r < b.rows; r += step) {
+    const int64_t m = std::min(step, b.rows - r) * cols;
+    const uint8_t* src = bytes + r * row_bytes;
+    if (!b.quant) {
+      const auto* u = reinterpret_cast<const uint16_t*>(src);
+      const uint16_t exp = b.dtype == KvDtype::kBF16 ? 0x7f80 : 0x7c00;
+      bool clean = true;
+      for (int64_t i = 0; i < m; ++i) clean &= (u[i] & exp) != exp;
+      if (clean) continue;
     }
+    internal::WidenRows(b, src, m, buf.data());
+    const int64_t i = FirstNonFinite(buf.data(), m);
+    if (i < m) return NonFinite(buf[static_cast<size_t>(i)], r * cols + i, n, what, tensor);
   }
   return Status::Ok();
 }

@@ -21,10 +21,10 @@ class Gpt;
 
 // How a loader may hold the weights.
 struct LoadOptions {
-  // Inference only: a model whose linear layers are stored as BF16/F16 keeps them 16-bit, read
-  // in place from the mapped file where its layout allows (LoadedModel::matrices). Off: every
-  // weight widened to fp32 in params (what training needs).
-  bool keep_16bit = false;
+  // Inference only: a model whose linear layers are stored as BF16/F16 (or in GGUF's quantized
+  // types) keeps them as stored, read in place from the mapped file where its layout allows
+  // (LoadedModel::matrices). Off: every weight widened to fp32 in params (what training needs).
+  bool keep_stored = false;
 };
 
 // A model ready to run: Gpt::Create(config), then CopyParameters(params, &gpt->params()) (or
@@ -33,7 +33,7 @@ struct LoadedModel {
   ModelConfig config;
   ParameterStore params;  // laid out by ParameterLayout(config), or MatrixFreeLayout(config)
                           // when matrices holds the linear layers
-  std::shared_ptr<const MatrixWeights> matrices;  // 16-bit linear layers (LoadOptions); or null
+  std::shared_ptr<const MatrixWeights> matrices;  // linear layers as stored (LoadOptions); or null
   std::string format;     // "attnlab-checkpoint", "hf-gpt2" or "llm.c"
   std::string path;       // what was read (e.g. DIR.old, or DIR/model.safetensors)
   nlohmann::json meta =
@@ -52,6 +52,10 @@ Result<std::unique_ptr<Gpt>> MakeGpt(LoadedModel&& m);
 // InvalidArgument "<what>: tensor '<tensor>' has NaN at index i (of n)" (or +Inf/-Inf) if any
 // of x[0, n) is not finite. Shared by the loaders.
 Status CheckFinite(const float* x, int64_t n, const std::string& what, const std::string& tensor);
+// The same check for `rows` rows of `cols` elements stored as block b describes (fp32, 16-bit
+// or quantized), without widening more than a few rows at a time.
+Status CheckFiniteStored(const internal::WeightBlock& b, int64_t cols, const std::string& what,
+                         const std::string& tensor);
 
 }  // namespace attnlab
 

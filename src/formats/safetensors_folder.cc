@@ -44,16 +44,20 @@ class SafetensorsSource final : public TensorSource {
     return shards[e.shard].ReadFloat(*e.tensor, out.data(), static_cast<int64_t>(out.size()));
   }
 
-  Mapped MappedBytes(const std::string& name) const override {
+  Mapped StoredRows(const std::string& name) const override {
     auto it = entries.find(name);
-    if (it == entries.end()) return {};
+    if (it == entries.end() || it->second.info.shape.size() != 2) return {};
     const Entry& e = it->second;
-    const SafetensorsDtype d = e.tensor->dtype;
-    if (d != SafetensorsDtype::kF32 && d != SafetensorsDtype::kF16 &&
-        d != SafetensorsDtype::kBF16) {
-      return {};
+    Mapped m;
+    switch (e.tensor->dtype) {
+      case SafetensorsDtype::kF32: m.dtype = KvDtype::kF32; break;
+      case SafetensorsDtype::kF16: m.dtype = KvDtype::kF16; break;
+      case SafetensorsDtype::kBF16: m.dtype = KvDtype::kBF16; break;
+      default: return {};
     }
-    return {shards[e.shard].Bytes(*e.tensor), shards[e.shard].keepalive()};
+    m.bytes = shards[e.shard].Bytes(*e.tensor);
+    m.keepalive = shards[e.shard].keepalive();
+    return m;
   }
 
   Status Add(const std::string& name, size_t shard) {

@@ -16,7 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/attention_decode.h"  // KvDtype
 #include "attnlab/status.h"
+
+namespace attnlab::internal {
+struct QuantCodec;  // engine/weight_gemm.h
+}  // namespace attnlab::internal
 
 namespace attnlab {
 
@@ -42,15 +47,21 @@ class TensorSource {
   // numel: else InvalidArgument). Errors name the file and the tensor.
   virtual Status ReadFloat(const std::string& name, std::span<float> out) const = 0;
 
-  // The stored bytes of an F32, F16 or BF16 tensor that sits row-major in its HF shape in a
-  // memory-mapped file, and what keeps the mapping alive: how 16-bit models run from the file
-  // without a copy (model/matrix_weights.h). Empty bytes where the format must convert or
-  // reorder the tensor (GGUF's permuted Q/K rows, quantized blocks): use ReadFloat then.
+  // A matrix's bytes as stored, row-major in its HF shape, and what keeps them alive: how
+  // inference models keep their weights as the file has them (model/matrix_weights.h). The
+  // rows sit in place in the memory-mapped file (in_place) or, where the format reorders rows
+  // (GGUF's permuted Q/K rows, GPT-NeoX's fused q|k|v), in an owned reordered copy of the same
+  // bytes. Elements are `dtype` (F32, F16, BF16) or, with `quant`, quantized row blocks (GGUF's
+  // Q8_0, Q4_0, Q4_K, Q6_K). Empty bytes where the tensor cannot be given as stored (other
+  // dtypes, a shape that is not a matrix): use ReadFloat then.
   struct Mapped {
     std::span<const uint8_t> bytes;
     std::shared_ptr<const void> keepalive;
+    KvDtype dtype = KvDtype::kF32;
+    const internal::QuantCodec* quant = nullptr;
+    bool in_place = true;
   };
-  virtual Mapped MappedBytes(const std::string& name) const {
+  virtual Mapped StoredRows(const std::string& name) const {
     (void)name;
     return {};
   }

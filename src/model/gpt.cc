@@ -83,13 +83,14 @@ Result<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& config) {
 
 namespace {
 
-// The matrices a 16-bit model holds must have exactly the shapes the config implies.
+// The matrices of a model that keeps its weights as stored must have exactly the shapes the
+// config implies.
 Status CheckMatrices(const ModelConfig& c, const MatrixWeights& m) {
   const int64_t C = c.d_model, V = c.vocab_size;
   auto check = [&](const internal::WeightMatrix& w, int64_t rows, int64_t cols,
                    const std::string& what) -> Status {
     if (w.rows != rows || w.cols != cols) {
-      return Status::InvalidArgument("16-bit weights: " + what + " is [" +
+      return Status::InvalidArgument("stored weights: " + what + " is [" +
                                      std::to_string(w.rows) + ", " + std::to_string(w.cols) +
                                      "], the configuration implies [" + std::to_string(rows) +
                                      ", " + std::to_string(cols) + "]");
@@ -98,13 +99,13 @@ Status CheckMatrices(const ModelConfig& c, const MatrixWeights& m) {
   };
   if (c.output_gate || c.sink_token || c.attention_type != AttentionType::kSoftmax) {
     return Status::InvalidArgument(
-        "16-bit weights are for the released families' decoder (no output gate, sink token or "
-        "linear attention)");
+        "weights kept as stored are for the released families' decoder (no output gate, sink "
+        "token or linear attention)");
   }
   ATTNLAB_RETURN_IF_ERROR(check(m.embed, V, C, "the embedding"));
   ATTNLAB_RETURN_IF_ERROR(check(m.head, V, C, "the LM head"));
   if (static_cast<int64_t>(m.layers.size()) != c.n_layer) {
-    return Status::InvalidArgument("16-bit weights: " + std::to_string(m.layers.size()) +
+    return Status::InvalidArgument("stored weights: " + std::to_string(m.layers.size()) +
                                    " layers, the configuration has " + std::to_string(c.n_layer));
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -978,8 +979,8 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
   if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
   if (mats_) {
     return Status::InvalidArgument(
-        "this model keeps its weights in 16 bits for inference; training needs them in float32 "
-        "(load it for training, as train --from does)");
+        "this model keeps its weights as stored (16-bit or quantized) for inference; training "
+        "needs them in float32 (load it for training, as train --from does)");
   }
   EnsureGradients();
   const ModelConfig& c = config_;

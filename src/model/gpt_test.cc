@@ -78,6 +78,11 @@ std::vector<Variant> Variants() {
          c.mlp_activation = MlpActivation::kSwiGlu, c.bias = false, c.qkv_bias = true;
          c.norm_type = NormType::kRmsNorm, c.n_kv_head = 2, c.tie_embeddings = false;
        }},
+      {"attention_and_mlp_bias_llama_like",
+       [](ModelConfig& c) {
+         c.mlp_activation = MlpActivation::kSwiGlu, c.bias = false, c.qkv_bias = true;
+         c.proj_bias = true, c.mlp_bias = true, c.norm_type = NormType::kRmsNorm;
+       }},
       {"gelu_erf_parallel_residual_neox_like",
        [](ModelConfig& c) {
          c.mlp_activation = MlpActivation::kGeluErf, c.parallel_residual = true;

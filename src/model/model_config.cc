@@ -304,6 +304,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["residual"] = c.residual;
   j["bias"] = c.bias;
   j["qkv_bias"] = c.qkv_bias;
+  j["proj_bias"] = c.proj_bias;
+  j["mlp_bias"] = c.mlp_bias;
   j["mlp_activation"] = NameOf(kMlpActivationNames, c.mlp_activation);
   j["parallel_residual"] = c.parallel_residual;
   j["tie_embeddings"] = c.tie_embeddings;
@@ -359,6 +361,8 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "residual") st = ParseBool(v, key, &c.residual);
     else if (k == "bias") st = ParseBool(v, key, &c.bias);
     else if (k == "qkv_bias") st = ParseBool(v, key, &c.qkv_bias);
+    else if (k == "proj_bias") st = ParseBool(v, key, &c.proj_bias);
+    else if (k == "mlp_bias") st = ParseBool(v, key, &c.mlp_bias);
     else if (k == "mlp_activation") st = ParseEnum(kMlpActivationNames, v, key, &c.mlp_activation);
     else if (k == "parallel_residual") st = ParseBool(v, key, &c.parallel_residual);
     else if (k == "tie_embeddings") st = ParseBool(v, key, &c.tie_embeddings);

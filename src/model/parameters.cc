@@ -48,7 +48,7 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
       add(h + "attn.k_norm", {hd}, false, ParamInit::kOnes);
     }
     add(h + "attn.proj.weight", {A, C}, true, ParamInit::kNormalResidual);
-    if (c.bias) add(h + "attn.proj.bias", {C}, false, ParamInit::kZeros);
+    if (c.has_proj_bias()) add(h + "attn.proj.bias", {C}, false, ParamInit::kZeros);
     if (c.output_gate) {
       add(h + "attn.gate.weight", {C, H}, true, ParamInit::kNormal);
       add(h + "attn.gate.bias", {H}, false, ParamInit::kZeros);
@@ -60,9 +60,9 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
         if (ln_bias) add(h + "ln2.bias", {C}, false, ParamInit::kZeros);
       }
       add(h + "mlp.fc.weight", {C, F1}, true, ParamInit::kNormal);
-      if (c.bias) add(h + "mlp.fc.bias", {F1}, false, ParamInit::kZeros);
+      if (c.has_mlp_bias()) add(h + "mlp.fc.bias", {F1}, false, ParamInit::kZeros);
       add(h + "mlp.proj.weight", {F, C}, true, ParamInit::kNormalResidual);
-      if (c.bias) add(h + "mlp.proj.bias", {C}, false, ParamInit::kZeros);
+      if (c.has_mlp_bias()) add(h + "mlp.proj.bias", {C}, false, ParamInit::kZeros);
     }
     if (c.residual_scale == ResidualScale::kReZero) add(h + "rezero", {2}, false, ParamInit::kZeros);
   }
