@@ -16,142 +16,23 @@
 #include "attnlab/attention_decode.h"
 #include "engine/kernel_table.h"
 #include "engine/simd.h"
+#include "engine/simd_load.h"
 #include "engine/target.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 ATTNLAB_TARGET_BEGIN
 namespace attnlab::ATTNLAB_TARGET_NS {
 namespace {
 
 using simd::VecF;
+using simd_load::LoadBF16;
+using simd_load::LoadF16;
+using simd_load::LoadF32;
+using simd_load::Sum;
+using simd_load::Sum8;
 constexpr int kL = simd::kLanes;
 constexpr int64_t kBlock = 64;  // keys per online-softmax block
 // Prefetch distance in blocks: 2 blocks = 16 KiB of 16-bit K and V rows (D = 64) in flight.
 constexpr int64_t kAhead = 2;
-
-// Loads of kL consecutive elements (or one) as fp32. The 16-bit formats convert with vector
-// instructions on every x86 target: bf16 is the top half of an fp32 (zero-extend to 32 bits,
-// shift left 16: SSE4.1 pmovzxwd, AVX2 vpmovzxwd, AVX-512 vpmovzxwd zmm); fp16 uses F16C's
-// vcvtph2ps (x86-64-v3 and up), or, without F16C, integer vector arithmetic.
-typedef uint16_t VecU16 __attribute__((vector_size(ATTNLAB_TARGET_BYTES / 2)));
-
-struct LoadF32 {
-  using T = float;
-  static VecF Vec(const float* p) { return simd::Load(p); }
-  static float One(const float* p) { return *p; }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  static VecF Vec(const uint16_t* p) {
-#if ATTNLAB_TARGET_IS_AVX512
-    const __m512i i = _mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
-    return reinterpret_cast<VecF>(_mm512_castsi512_ps(i));
-#elif ATTNLAB_TARGET_IS_AVX2
-    const __m256i i = _mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
-    return reinterpret_cast<VecF>(_mm256_castsi256_ps(i));
-#else
-    VecU16 h;
-    std::memcpy(&h, p, sizeof h);
-    const simd::VecI i = __builtin_convertvector(h, simd::VecI) << 16;
-    VecF f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
-#endif
-  }
-  static float One(const uint16_t* p) { return Bf16ToFloat(*p); }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  static VecF Vec(const uint16_t* p) {
-#if ATTNLAB_TARGET_IS_AVX512
-    return reinterpret_cast<VecF>(
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-#elif ATTNLAB_TARGET_IS_AVX2 && ATTNLAB_TARGET_HAS_F16C
-    return reinterpret_cast<VecF>(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-#elif ATTNLAB_TARGET_BYTES == 16 && ATTNLAB_TARGET_HAS_F16C
-    return reinterpret_cast<VecF>(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-#else
-    // No F16C (the x86-64-v2 baseline, other architectures): widen in integer vector arithmetic
-    // (F. Giesen's branch-free half -> float). Exponent and mantissa move into place and the
-    // exponent is rebiased (+112); Inf/NaN get the rest of the way to 255 (+112 more); zero and
-    // subnormal halves become 2^-14 (1 + m/1024) and lose 2^-14 in one exact float subtraction.
-    using simd::VecI;
-    VecU16 h;
-    std::memcpy(&h, p, sizeof h);
-    const VecI x = __builtin_convertvector(h, VecI);
-    constexpr int32_t kExpMask = 0x7c00 << 13;
-    VecI o = (x & 0x7fff) << 13;
-    const VecI e = o & kExpMask;
-    const VecI sub = e == 0;  // -1 where zero or subnormal
-    o += (127 - 15) << 23;
-    o += (e == kExpMask) & ((128 - 16) << 23);
-    o += sub & (1 << 23);
-    VecF f;
-    std::memcpy(&f, &o, sizeof f);
-    f = sub ? f - simd::Set1(6.103515625e-05f) : f;  // 2^-14
-    VecI bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    bits |= (x & 0x8000) << 16;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
-  }
-  static float One(const uint16_t* p) { return F16ToFloat(*p); }
-};
-
-// Horizontal sum as a shuffle tree (the generic ReduceSum is a serial chain of kL - 1 adds).
-inline float Sum(VecF v) {
-#if ATTNLAB_TARGET_IS_AVX512
-  return _mm512_reduce_add_ps(reinterpret_cast<__m512>(v));
-#elif ATTNLAB_TARGET_IS_AVX2
-  const __m256 x = reinterpret_cast<__m256>(v);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-#else
-  return simd::ReduceSum(v);
-#endif
-}
-
-// out[i] = the sum of the lanes of a[i], i < 8: a transpose-and-add tree (8 keys' dot products
-// finished in 9 instructions on AVX2, instead of a horizontal sum per key).
-inline void Sum8(const VecF* a, float* out) {
-#if ATTNLAB_TARGET_IS_AVX512 || ATTNLAB_TARGET_IS_AVX2
-  __m256 h[8];
-  for (int i = 0; i < 8; ++i) {
-#if ATTNLAB_TARGET_IS_AVX512
-    const __m512 x = reinterpret_cast<__m512>(a[i]);
-    h[i] = _mm256_add_ps(_mm512_castps512_ps256(x),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-#else
-    h[i] = reinterpret_cast<__m256>(a[i]);
-#endif
-  }
-  // hadd pairs within 128-bit halves: u0 = [sums of h0..h3 over lanes 0-3 | over lanes 4-7].
-  const __m256 t0 = _mm256_hadd_ps(h[0], h[1]), t1 = _mm256_hadd_ps(h[2], h[3]);
-  const __m256 t2 = _mm256_hadd_ps(h[4], h[5]), t3 = _mm256_hadd_ps(h[6], h[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  const __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                                 _mm256_permute2f128_ps(u0, u1, 0x31));
-  _mm256_storeu_ps(out, r);
-#elif ATTNLAB_TARGET_BYTES == 16 && defined(__SSE3__)
-  for (int g = 0; g < 8; g += 4) {
-    const __m128 t0 = _mm_hadd_ps(reinterpret_cast<__m128>(a[g]), reinterpret_cast<__m128>(a[g + 1]));
-    const __m128 t1 =
-        _mm_hadd_ps(reinterpret_cast<__m128>(a[g + 2]), reinterpret_cast<__m128>(a[g + 3]));
-    _mm_storeu_ps(out + g, _mm_hadd_ps(t0, t1));
-  }
-#else
-  for (int i = 0; i < 8; ++i) out[i] = simd::ReduceSum(a[i]);
-#endif
-}
 
 // out[j] = q . k_j for the nb keys at kb (row stride ks), 8 keys at a time: each q vector is
 // loaded once per 8 keys, and the 8 dot products finish together (Sum8).

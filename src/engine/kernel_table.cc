@@ -15,8 +15,9 @@ namespace {
 #define ATTNLAB_KERNEL_TABLE(ns, target_enum)                                          \
   [] {                                                                                 \
     namespace ns_ = ns;                                                                \
-    KernelTable t{target_enum, 0, 0, 0, &ns::FlashForwardTask, &ns::FlashBackwardTask, \
-                  &ns::DecodeTask, OpsTable{}};                                        \
+    KernelTable t{target_enum,          0, 0, 0, &ns::FlashForwardTask,                \
+                  &ns::FlashBackwardTask, &ns::DecodeTask, &ns::WeightRowsTask,        \
+                  OpsTable{}};                                                         \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \

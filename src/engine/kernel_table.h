@@ -81,6 +81,21 @@ struct DecodeArgs {
 };
 inline int64_t DecodePartialSize(int64_t head_dim) { return head_dim + 2; }
 
+// ---- Weight rows times a few vectors (weight_gemm.cc's MatmulWeightT for small N).
+// y[i * ldy + r] = sum_k x[i * K + k] * W[r][k] for rows r of the task and i < N.
+constexpr int64_t kWeightRowsMaxN = 4;
+struct WeightRowsArgs {
+  const uint8_t* w;   // row r at w + r * row_bytes
+  int64_t row_bytes;
+  KvDtype dtype;      // fp32 / bf16 / fp16 elements, unless q8_0
+  bool q8_0;          // rows of ggml's block_q8_0 (34 bytes: fp16 d, int8 q[32]; x = d q)
+  int64_t K;          // elements per row (a multiple of 32 for q8_0)
+  const float* x;     // [N, K]
+  int64_t N;          // 1 .. kWeightRowsMaxN
+  float* y;
+  int64_t ldy;
+};
+
 // The row-wise ops of engine/ops.h that have a per-target copy (ops_kernel.cc): X(name) for each.
 #define ATTNLAB_DISPATCHED_OPS(X)                                                         \
   X(LayerNormForward) X(LayerNormBackward) X(RmsNormForward) X(RmsNormBackward)           \
@@ -124,6 +139,7 @@ struct KernelTable {
   void (*flash_backward_task)(const FlashBackwardArgs& a, int64_t pass, int64_t task,
                               FlashBackwardBuffers& w);
   void (*decode_task)(const DecodeArgs& a, int64_t hk, int64_t chunk);
+  void (*weight_rows_task)(const WeightRowsArgs& a, int64_t r0, int64_t r1);  // rows [r0, r1)
   OpsTable ops;
 };
 
@@ -141,6 +157,7 @@ const KernelTable& ActiveKernels();
   void FlashBackwardTask(const internal::FlashBackwardArgs& a, int64_t pass, int64_t task,    \
                          internal::FlashBackwardBuffers& w);                                  \
   void DecodeTask(const internal::DecodeArgs& a, int64_t hk, int64_t chunk);                  \
+  void WeightRowsTask(const internal::WeightRowsArgs& a, int64_t r0, int64_t r1);             \
   void DescribeTarget(int* lanes, int* tile_rows, int* tile_cols);                            \
   ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
   }

@@ -6,6 +6,7 @@
 #include "attnlab/thread_pool.h"
 #include "core/aligned_buffer.h"
 #include "engine/gemm.h"
+#include "engine/kernel_table.h"
 
 namespace attnlab::internal {
 
@@ -58,7 +59,9 @@ Status ValidateWeightMatrix(const WeightMatrix& w) {
   int64_t rows = 0;
   for (const WeightBlock& b : w.blocks) {
     if (b.quant && (b.quant->block_elems <= 0 || b.quant->block_bytes <= 0 ||
-                    b.quant->widen == nullptr || w.cols % b.quant->block_elems != 0)) {
+                    b.quant->widen == nullptr || w.cols % b.quant->block_elems != 0 ||
+                    (b.quant->layout == QuantLayout::kQ8_0 &&
+                     (b.quant->block_elems != 32 || b.quant->block_bytes != 34)))) {
       return Status::InvalidArgument(
           "weight matrix block of " + std::string(b.quant->name) + " rows: " +
           std::to_string(w.cols) + " columns are not whole blocks of " +
@@ -78,10 +81,59 @@ Status ValidateWeightMatrix(const WeightMatrix& w) {
   return Status::Ok();
 }
 
+namespace {
+
+// Whether the row kernel reads b as stored.
+bool RowKernelReads(const WeightBlock& b) {
+  return !b.quant || b.quant->layout == QuantLayout::kQ8_0;
+}
+
+// Few input rows: each task multiplies a run of rows in place (weight_rows_kernel.cc).
+void MatmulFewRows(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
+                   ThreadPool& tp) {
+  const int64_t K = w.cols, M = w.rows;
+  // ~4 tasks per thread, runs of a multiple of 8 rows (the kernel's group).
+  const int64_t step =
+      std::max<int64_t>(8, (M + 4 * tp.num_threads() - 1) / (4 * tp.num_threads()) / 8 * 8);
+  std::vector<Panel> runs;
+  int64_t out0 = 0;
+  for (const WeightBlock& b : w.blocks) {
+    for (int64_t r = 0; r < b.rows; r += step) runs.push_back({&b, r, std::min(step, b.rows - r), out0 + r});
+    out0 += b.rows;
+  }
+  const KernelTable& kt = ActiveKernels();
+  tp.ParallelFor(static_cast<int64_t>(runs.size()), [&](int64_t t, int) {
+    const Panel& p = runs[t];
+    WeightRowsArgs a;
+    a.row_bytes = WeightRowBytes(*p.block, K);
+    a.w = static_cast<const uint8_t*>(p.block->data) + p.row0 * a.row_bytes;
+    a.dtype = p.block->dtype;
+    a.q8_0 = p.block->quant != nullptr;
+    a.K = K;
+    a.x = x;
+    a.N = N;
+    a.y = y + p.out0;
+    a.ldy = M;
+    kt.weight_rows_task(a, 0, p.rows);
+    if (bias) {
+      for (int64_t i = 0; i < N; ++i) {
+        for (int64_t j = 0; j < p.rows; ++j) y[i * M + p.out0 + j] += bias[p.out0 + j];
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
                    ThreadPool* pool) {
   if (N <= 0) return;
   ThreadPool& tp = pool ? *pool : DefaultThreadPool();
+  if (N <= kWeightRowsMaxN &&
+      std::all_of(w.blocks.begin(), w.blocks.end(), RowKernelReads)) {
+    MatmulFewRows(N, x, w, bias, y, tp);
+    return;
+  }
   const int64_t K = w.cols, M = w.rows;
   // At most ~1 MiB panels, and at least ~4 per thread so small matrices (decode) spread too.
   const int64_t per_thread = (M + 4 * tp.num_threads() - 1) / (4 * tp.num_threads());

@@ -26,13 +26,19 @@ namespace attnlab::internal {
 
 // A block-quantized row encoding: each run of block_elems elements is block_bytes bytes (GGUF's
 // Q8_0 is 32 elements in 34 bytes: an fp16 scale and 32 int8). Formats define the codecs
-// (formats/gguf.h's GgmlRowCodec); the engine only widens whole rows with them.
+// (formats/gguf.h's GgmlRowCodec); the engine widens whole rows with them, and for the layouts
+// it knows also multiplies the stored blocks directly (products with few input rows).
+enum class QuantLayout {
+  kOpaque,  // only `widen` knows it
+  kQ8_0,    // ggml's block_q8_0: fp16 d, int8 q[32], x = d q (block_elems 32, block_bytes 34)
+};
 struct QuantCodec {
   const char* name = "";  // "Q8_0"
   int64_t block_elems = 0, block_bytes = 0;
   // Decodes n elements (a multiple of block_elems) from n / block_elems * block_bytes bytes at
   // src (any alignment) into out.
   void (*widen)(const uint8_t* src, int64_t n, float* out) = nullptr;
+  QuantLayout layout = QuantLayout::kOpaque;
 };
 
 // `rows` rows of `cols` elements, row-major and contiguous, at `data`: elements of `dtype`
@@ -63,7 +69,11 @@ struct WeightMatrix {
 Status ValidateWeightMatrix(const WeightMatrix& w);
 
 // y[N, rows] = x[N, cols] W^T (+ bias[rows] if bias), fp32 accumulation. REQUIRES: a validated
-// w, N >= 0, x and y not overlapping. Deterministic for a fixed thread count.
+// w, N >= 0, x and y not overlapping. Deterministic for a fixed thread count. Up to
+// kWeightRowsMaxN (4) input rows (decode), blocks of fp32 / bf16 / fp16 / Q8_0 are multiplied
+// in their stored form by the dispatched row kernel (weight_rows_kernel.cc; each output one dot
+// product, independent of the thread count); otherwise one ~1 MiB panel of rows at a time is
+// widened into per-thread scratch and multiplied by oneDNN's sgemm.
 void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
                    ThreadPool* pool = nullptr);
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -66,7 +67,7 @@ TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
   int checked = 0;
   for (const auto& [rows, types] : layouts) {
     for (int64_t cols : {1, 7, 59, 97, 1025}) {
-      for (int64_t N : {1, 7, 97}) {
+      for (int64_t N : {1, 3, 7, 97}) {  // 1 and 3: the row kernel; 7, 97: panels + sgemm
         for (bool with_bias : {false, true}) {
           Stored s;
           s.b16.reserve(rows.size());
@@ -100,7 +101,7 @@ TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
       }
     }
   }
-  EXPECT_EQ(checked, 150);
+  EXPECT_EQ(checked, 200);
 }
 
 TEST(WeightGemm, ReproducibleForAThreadCountAndRowLookupIsExact) {
@@ -116,6 +117,11 @@ TEST(WeightGemm, ReproducibleForAThreadCountAndRowLookupIsExact) {
   MatmulWeightT(5, x.data(), w, nullptr, y3.data(), &three);
   MatmulWeightT(5, x.data(), w, nullptr, y3b.data(), &three);
   EXPECT_EQ(y3, y3b);  // fixed panels per thread count: each column is one task's sgemm
+  // One input row (decode): each output is one dot product, whatever the thread count.
+  std::vector<float> d1(133), d3(133);
+  MatmulWeightT(1, x.data(), w, nullptr, d1.data(), &one);
+  MatmulWeightT(1, x.data(), w, nullptr, d3.data(), &three);
+  EXPECT_EQ(d1, d3);
   for (size_t i = 0; i < y1.size(); ++i) {
     // Panels differ with the thread count; per-element sums may round differently (300 terms).
     EXPECT_NEAR(y1[i], y3[i], 1e-4f * (1.0f + std::fabs(y1[i]))) << i;
@@ -138,6 +144,20 @@ void WidenToy(const uint8_t* src, int64_t n, float* out) {
   }
 }
 constexpr QuantCodec kToy{"TOY", 4, 5, &WidenToy};
+
+// ggml's Q8_0 layout (fp16 d, int8 q[32]), which the row kernel multiplies without widening.
+void WidenQ8(const uint8_t* src, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    uint16_t h;
+    std::memcpy(&h, src + 34 * b, 2);
+    float d;
+    ConvertFromKvDtype(&h, 1, KvDtype::kF16, &d);
+    for (int j = 0; j < 32; ++j) {
+      out[32 * b + j] = d * static_cast<float>(static_cast<int8_t>(src[34 * b + 2 + j]));
+    }
+  }
+}
+constexpr QuantCodec kQ8{"Q8_0", 32, 34, &WidenQ8, QuantLayout::kQ8_0};
 
 TEST(WeightGemm, QuantizedBlocksMatchADoubleReferenceOnTheirWidenedValues) {
   ThreadPool pool(3);
@@ -204,6 +224,54 @@ TEST(WeightGemm, QuantizedBlocksMatchADoubleReferenceOnTheirWidenedValues) {
         int64_t bytes = 0;
         for (size_t b = 0; b < rows.size(); ++b) bytes += rows[b] * (quant[b] ? cols / 4 * 5 : cols * 2);
         EXPECT_EQ(w.bytes(), bytes);
+      }
+    }
+  }
+}
+
+TEST(WeightGemm, Q8_0BlocksMultiplyInPlaceAsTheirWidenedValues) {
+  // Few input rows go through the row kernel, which reads the Q8_0 blocks as stored; more go
+  // through widened panels. Both against a double reference on the widened values.
+  ThreadPool pool(3);
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> nd;
+  for (int64_t rows : {1, 7, 8, 59, 1025}) {
+    for (int64_t cols : {32, 96, 1024}) {
+      for (int64_t N : {1, 2, 4, 5}) {
+        const int64_t n = rows * cols;
+        std::vector<uint8_t> bytes(static_cast<size_t>(n / 32 * 34 + 1));
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+        for (int64_t b = 0; b < n / 32; ++b) {  // sane scales (random bits could be NaN)
+          const float d = 0.01f * (1.0f + std::fabs(nd(rng)));
+          uint16_t h;
+          ConvertToKvDtype(&d, 1, KvDtype::kF16, &h);
+          std::memcpy(&bytes[static_cast<size_t>(1 + 34 * b)], &h, 2);
+        }
+        std::vector<float> widened(static_cast<size_t>(n));
+        WidenQ8(bytes.data() + 1, n, widened.data());  // data at an odd address
+        WeightMatrix w;
+        w.rows = rows, w.cols = cols;
+        w.blocks.push_back({bytes.data() + 1, KvDtype::kF32, rows, &kQ8});
+        ASSERT_TRUE(ValidateWeightMatrix(w).ok());
+        std::vector<float> x(static_cast<size_t>(N * cols)), bias(static_cast<size_t>(rows));
+        for (float& v : x) v = nd(rng);
+        for (float& v : bias) v = nd(rng);
+        std::vector<float> y(static_cast<size_t>(N * rows), NAN);
+        MatmulWeightT(N, x.data(), w, bias.data(), y.data(), &pool);
+        const double u = std::ldexp(1.0, -24), gamma = (cols + 1) * u / (1 - (cols + 1) * u);
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = bias[r], mag = std::fabs(bias[r]);
+            for (int64_t k = 0; k < cols; ++k) {
+              const double p = double(x[i * cols + k]) * widened[r * cols + k];
+              ref += p;
+              mag += std::fabs(p);
+            }
+            // The row kernel rounds d q once more before multiplying (one more u per term).
+            ASSERT_NEAR(y[i * rows + r], ref, 2 * (gamma + u) * mag + 1e-30)
+                << "rows " << rows << " cols " << cols << " N " << N << " row " << r;
+          }
+        }
       }
     }
   }

@@ -374,7 +374,8 @@ void WidenBlocks(const uint8_t* src, int64_t n, float* out) {
   for (int64_t i = 0; i < n / kElems; ++i) kBlock(src + i * kBytes, out + i * kElems);
 }
 
-constexpr internal::QuantCodec kQ8_0Codec{"Q8_0", 32, 34, &WidenBlocks<DequantQ8_0, 32, 34>};
+constexpr internal::QuantCodec kQ8_0Codec{"Q8_0", 32, 34, &WidenBlocks<DequantQ8_0, 32, 34>,
+                                          internal::QuantLayout::kQ8_0};
 constexpr internal::QuantCodec kQ4_0Codec{"Q4_0", 32, 18, &WidenBlocks<DequantQ4_0, 32, 18>};
 constexpr internal::QuantCodec kQ4_KCodec{"Q4_K", 256, 144, &WidenBlocks<DequantQ4_K, 256, 144>};
 constexpr internal::QuantCodec kQ6_KCodec{"Q6_K", 256, 210, &WidenBlocks<DequantQ6_K, 256, 210>};
