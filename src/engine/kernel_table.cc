@@ -17,7 +17,7 @@ namespace {
     namespace ns_ = ns;                                                                \
     KernelTable t{target_enum,          0, 0, 0, &ns::FlashForwardTask,                \
                   &ns::FlashBackwardTask, &ns::DecodeTask, &ns::WeightRowsTask,        \
-                  OpsTable{}};                                                         \
+                  &ns::WidenRows,         OpsTable{}};                                 \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \

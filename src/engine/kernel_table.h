@@ -140,6 +140,9 @@ struct KernelTable {
                               FlashBackwardBuffers& w);
   void (*decode_task)(const DecodeArgs& a, int64_t hk, int64_t chunk);
   void (*weight_rows_task)(const WeightRowsArgs& a, int64_t r0, int64_t r1);  // rows [r0, r1)
+  // Rows [0, rows) of a.w widened to fp32 into out[rows][a.K] (x, N, y unused): the panels of
+  // products with more input rows.
+  void (*widen_rows)(const WeightRowsArgs& a, int64_t rows, float* out);
   OpsTable ops;
 };
 
@@ -158,6 +161,7 @@ const KernelTable& ActiveKernels();
                          internal::FlashBackwardBuffers& w);                                  \
   void DecodeTask(const internal::DecodeArgs& a, int64_t hk, int64_t chunk);                  \
   void WeightRowsTask(const internal::WeightRowsArgs& a, int64_t r0, int64_t r1);             \
+  void WidenRows(const internal::WeightRowsArgs& a, int64_t rows, float* out);                 \
   void DescribeTarget(int* lanes, int* tile_rows, int* tile_cols);                            \
   ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
   }

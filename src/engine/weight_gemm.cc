@@ -88,7 +88,12 @@ bool RowKernelReads(const WeightBlock& b) {
   return !b.quant || b.quant->layout == QuantLayout::kQ8_0;
 }
 
-// Few input rows: each task multiplies a run of rows in place (weight_rows_kernel.cc).
+// Rows to widen at a time for the row kernel when it cannot read a block as stored: its group.
+constexpr int64_t kWidenGroup = 8;
+
+// Few input rows: each task multiplies a run of rows (weight_rows_kernel.cc), read as stored,
+// or, for a codec only `widen` knows, widened kWidenGroup rows at a time into per-thread
+// scratch that stays in L1/L2 (no 1 MiB panel, no sgemm call per panel).
 void MatmulFewRows(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
                    ThreadPool& tp) {
   const int64_t K = w.cols, M = w.rows;
@@ -102,7 +107,8 @@ void MatmulFewRows(int64_t N, const float* x, const WeightMatrix& w, const float
     out0 += b.rows;
   }
   const KernelTable& kt = ActiveKernels();
-  tp.ParallelFor(static_cast<int64_t>(runs.size()), [&](int64_t t, int) {
+  std::vector<AlignedBuffer<float>> scratch(tp.num_threads());
+  tp.ParallelFor(static_cast<int64_t>(runs.size()), [&](int64_t t, int thread) {
     const Panel& p = runs[t];
     WeightRowsArgs a;
     a.row_bytes = WeightRowBytes(*p.block, K);
@@ -114,7 +120,23 @@ void MatmulFewRows(int64_t N, const float* x, const WeightMatrix& w, const float
     a.N = N;
     a.y = y + p.out0;
     a.ldy = M;
-    kt.weight_rows_task(a, 0, p.rows);
+    if (RowKernelReads(*p.block)) {
+      kt.weight_rows_task(a, 0, p.rows);
+    } else {
+      AlignedBuffer<float>& s = scratch[thread];
+      if (s.size() < static_cast<size_t>(kWidenGroup * K)) s.Resize(static_cast<size_t>(kWidenGroup * K));
+      WeightRowsArgs g = a;
+      g.row_bytes = K * static_cast<int64_t>(sizeof(float));
+      g.w = reinterpret_cast<const uint8_t*>(s.data());
+      g.dtype = KvDtype::kF32;
+      g.q8_0 = false;
+      for (int64_t r = 0; r < p.rows; r += kWidenGroup) {
+        const int64_t n = std::min(kWidenGroup, p.rows - r);
+        WidenRows(*p.block, a.w + r * a.row_bytes, n * K, s.data());
+        g.y = a.y + r;
+        kt.weight_rows_task(g, 0, n);
+      }
+    }
     if (bias) {
       for (int64_t i = 0; i < N; ++i) {
         for (int64_t j = 0; j < p.rows; ++j) y[i * M + p.out0 + j] += bias[p.out0 + j];
@@ -129,8 +151,7 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
                    ThreadPool* pool) {
   if (N <= 0) return;
   ThreadPool& tp = pool ? *pool : DefaultThreadPool();
-  if (N <= kWeightRowsMaxN &&
-      std::all_of(w.blocks.begin(), w.blocks.end(), RowKernelReads)) {
+  if (N <= kWeightRowsMaxN) {
     MatmulFewRows(N, x, w, bias, y, tp);
     return;
   }
@@ -147,6 +168,7 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
     out0 += b.rows;
   }
   std::vector<AlignedBuffer<float>> scratch(tp.num_threads());
+  const KernelTable& kt = ActiveKernels();
   tp.ParallelFor(static_cast<int64_t>(panels.size()), [&](int64_t t, int thread) {
     const Panel& p = panels[t];
     const void* src =
@@ -157,7 +179,17 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
     } else {
       AlignedBuffer<float>& s = scratch[thread];
       if (s.size() < static_cast<size_t>(p.rows * K)) s.Resize(static_cast<size_t>(step * K));
-      WidenRows(*p.block, src, p.rows * K, s.data());
+      if (RowKernelReads(*p.block)) {  // the dispatched widening (vector loads per target)
+        WeightRowsArgs a{};
+        a.w = static_cast<const uint8_t*>(src);
+        a.row_bytes = WeightRowBytes(*p.block, K);
+        a.dtype = p.block->dtype;
+        a.q8_0 = p.block->quant != nullptr;
+        a.K = K;
+        kt.widen_rows(a, p.rows, s.data());
+      } else {
+        WidenRows(*p.block, src, p.rows * K, s.data());
+      }
       wp = s.data();
     }
     // Inside a task the pool runs Sgemm's tiles inline, on this thread.

@@ -72,8 +72,9 @@ Status ValidateWeightMatrix(const WeightMatrix& w);
 // w, N >= 0, x and y not overlapping. Deterministic for a fixed thread count. Up to
 // kWeightRowsMaxN (4) input rows (decode), blocks of fp32 / bf16 / fp16 / Q8_0 are multiplied
 // in their stored form by the dispatched row kernel (weight_rows_kernel.cc; each output one dot
-// product, independent of the thread count); otherwise one ~1 MiB panel of rows at a time is
-// widened into per-thread scratch and multiplied by oneDNN's sgemm.
+// product, independent of the thread count), other quantized blocks widened 8 rows at a time
+// into small per-thread scratch for it; with more input rows one ~1 MiB panel of rows at a time
+// is widened into per-thread scratch and multiplied by oneDNN's sgemm.
 void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
                    ThreadPool* pool = nullptr);
 

@@ -139,7 +139,40 @@ void DotRowsQ8_0(const internal::WeightRowsArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+template <typename Ld>
+void WidenT(const internal::WeightRowsArgs& a, int64_t rows, float* out) {
+  using T = typename Ld::T;
+  const int64_t K = a.K, Kv = K / kL * kL;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* w = reinterpret_cast<const T*>(a.w + r * a.row_bytes);
+    float* o = out + r * K;
+    for (int64_t k = 0; k < Kv; k += kL) simd::Store(o + k, Ld::Vec(w + k));
+    for (int64_t k = Kv; k < K; ++k) o[k] = Ld::One(w + k);
+  }
+}
+
+void WidenQ8_0(const internal::WeightRowsArgs& a, int64_t rows, float* out) {
+  const int64_t nb = a.K / kQ8Block;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = a.w + r * a.row_bytes + b * kQ8Bytes;
+      const VecF d = simd::Set1(Q8Scale(blk));
+      float* o = out + r * a.K + b * kQ8Block;
+      for (int64_t v = 0; v < kQ8Block; v += kL) simd::Store(o + v, d * LoadI8(blk + 2 + v));
+    }
+  }
+}
+
 }  // namespace
+
+void WidenRows(const internal::WeightRowsArgs& a, int64_t rows, float* out) {
+  if (a.q8_0) return WidenQ8_0(a, rows, out);
+  switch (a.dtype) {
+    case KvDtype::kF32: return WidenT<simd_load::LoadF32>(a, rows, out);
+    case KvDtype::kBF16: return WidenT<simd_load::LoadBF16>(a, rows, out);
+    case KvDtype::kF16: return WidenT<simd_load::LoadF16>(a, rows, out);
+  }
+}
 
 void WeightRowsTask(const internal::WeightRowsArgs& a, int64_t r0, int64_t r1) {
   if (a.q8_0) return DotRowsQ8_0(a, r0, r1);
