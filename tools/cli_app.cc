@@ -116,7 +116,7 @@ std::vector<std::string> OverviewTopicCommands() {
   return out;
 }
 
-int RunCli(int argc, char** argv) {
+int RunCli(int argc, char** argv, std::string* error_line) {
   CLI::App app{"attnlab: a laboratory for transformer attention (sinks, collapse, limits)"};
   app.require_subcommand(1);
   // Inherited by every subcommand registered below: options a subcommand does not know (the
@@ -201,6 +201,7 @@ int RunCli(int argc, char** argv) {
     if (!bad_option) {
       std::fputs(Overview(app).c_str(), stderr);
       std::fprintf(stderr, "\nattnlab: usage error: name a command (see the list above)\n");
+      if (error_line) *error_line = "attnlab: usage error: name a command";
       return 2;
     }
   }
@@ -219,6 +220,7 @@ int RunCli(int argc, char** argv) {
         msg += "?";
       }
       std::fprintf(stderr, "%s\nrun `attnlab --help` for the list of commands\n", msg.c_str());
+      if (error_line) *error_line = msg;
       return 2;
     }
   }
@@ -227,30 +229,29 @@ int RunCli(int argc, char** argv) {
     return app.get_subcommands().empty() ? std::string("attnlab")
                                          : "attnlab " + app.get_subcommands()[0]->get_name();
   };
+  // Every failure is one line on stderr (and in *error_line for in-process callers).
+  auto fail = [&](int code, const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    if (error_line) *error_line = line;
+    return code;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version are CLI11 "errors" with code 0: it prints them. Every other parse
     // error (CLI11's codes 101-115) is a usage error: one line, exit 2 (docs/CLI.md).
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "%s: usage error: %s (run `%s --help` for the options)\n", name().c_str(),
-                 e.what(), name().c_str());
-    return 2;
+    return fail(2, name() + ": usage error: " + e.what() + " (run `" + name() +
+                       " --help` for the options)");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: usage error: %s\n", name().c_str(), e.what());
-    return 2;
+    return fail(2, name() + ": usage error: " + e.what());
   } catch (const CommandError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", name().c_str(), e.what());
-    return 1;
+    return fail(1, name() + ": error: " + e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "%s: error: out of memory: an allocation failed (sizes too large for this "
-                 "machine's memory? try smaller sizes)\n",
-                 name().c_str());
-    return 1;
+    return fail(1, name() + ": error: out of memory: an allocation failed (sizes too large for "
+                            "this machine's memory? try smaller sizes)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", name().c_str(), e.what());
-    return 1;
+    return fail(1, name() + ": error: " + e.what());
   }
   return 0;
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "attnlab/attention.h"
@@ -183,5 +185,33 @@ void AttentionBackwardReferenceImpl(const AttentionShape& s, const AttentionPara
 }
 
 }  // namespace attnlab::internal
+
+namespace attnlab {
+
+// Double-precision twins of AttentionForwardReference / AttentionBackwardReference (same
+// semantics, contracts and checks), for finite-difference gradient checks such as
+// torch.autograd.gradcheck through the Python module. They validate, then run
+// internal::Attention{Forward,Backward}ReferenceImpl<double, double>.
+// params.scale and params.sink_logits are ignored: the scale (nullopt: 1/sqrt(head_dim),
+// computed in double) and the sink logits ([heads_q], kSinkLogit only) are given in double.
+// (params.sigmoid_bias stays a float: the double arithmetic adds that float's value.)
+// lse: [batch * heads_q * len_q] or empty; d_sink_logits: [heads_q], required iff kSinkLogit.
+Status AttentionForwardReferenceF64(const AttentionShape& shape, const AttentionParams& params,
+                                    std::optional<double> scale,
+                                    std::span<const double> sink_logits,
+                                    const TensorView4<const double>& q,
+                                    const TensorView4<const double>& k,
+                                    const TensorView4<const double>& v,
+                                    const TensorView4<double>& out, std::span<double> lse = {});
+
+Status AttentionBackwardReferenceF64(
+    const AttentionShape& shape, const AttentionParams& params, std::optional<double> scale,
+    std::span<const double> sink_logits, const TensorView4<const double>& q,
+    const TensorView4<const double>& k, const TensorView4<const double>& v,
+    const TensorView4<const double>& dout, const TensorView4<double>& dq,
+    const TensorView4<double>& dk, const TensorView4<double>& dv,
+    std::span<double> d_sink_logits = {});
+
+}  // namespace attnlab
 
 #endif  // ATTNLAB_ENGINE_ATTENTION_REFERENCE_H_

@@ -412,6 +412,9 @@ Status Gpt::CheckForwardInputs(const int32_t* tokens, const int32_t* targets, in
         "a linear-attention model decodes with a LinearAttentionCache (its running state), "
         "not a key/value cache; make it with MakeKvCache(config)");
   }
+  if (hooks_ && cache) {
+    return Status::InvalidArgument("forward hooks run on a full forward, not with a KV cache");
+  }
   if (observer_ && linear) {
     return Status::InvalidArgument(
         "forward observers (attnlab analyze) measure softmax attention's probabilities; a "
@@ -464,8 +467,8 @@ Status Gpt::PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B
   return Status::Ok();
 }
 
-// x0 = wte[token] (or the sink token) + wpe[position].
-void Gpt::EmbedForward() {
+// x0 = wte[token] (or the sink token) + wpe[position] (into pos_out instead, when given).
+void Gpt::EmbedForward(float* pos_out) {
   const int64_t N = N_, Tm = Tm_, C = config_.d_model;
   const ModelParams& P = params_.ptrs();
   float* x0 = acts_.res.data();
@@ -480,7 +483,11 @@ void Gpt::EmbedForward() {
     }
     if (P.wpe) {
       const float* pe = P.wpe + positions_[t] * C;
-      for (int64_t i = 0; i < C; ++i) row[i] += pe[i];
+      if (pos_out) {
+        std::memcpy(pos_out + n * C, pe, sizeof(float) * C);
+      } else {
+        for (int64_t i = 0; i < C; ++i) row[i] += pe[i];
+      }
     }
   });
 }
@@ -501,6 +508,9 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   const Norm norm{c, N, tp};
   const bool pre = c.norm == NormPlacement::kPre;
 
+  if (Hooked(HookPoint::kResidPre, l)) {
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidPre, l, a.x, {B, Tm, C}));
+  }
   const float* a_in = a.x;
   if (pre) {
     norm.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
@@ -512,6 +522,11 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
   }
   if (c.qk_norm) QkNormForward(l);
+  if (hooks_) {
+    ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kQ, l, a.qkv, 0, H));
+    ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kK, l, a.qkv, H * hd, Hkv));
+    ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kV, l, a.qkv, (H + Hkv) * hd, Hkv));
+  }
   QkvViews views = MakeQkvViews(a.qkv, B, Tm, H, Hkv, hd);
   if (rope_) ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.q, B, H, Tm, positions_));
   AttentionTensor k_all = Const(views.k), v_all = Const(views.v);
@@ -523,7 +538,15 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   } else if (rope_) {
     ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope_, views.k, B, Hkv, Tm, positions_));
   }
+  if (hooks_ && rope_) {
+    ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kRotQ, l, a.qkv, 0, H));
+    ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kRotK, l, a.qkv, H * hd, Hkv));
+  }
   ATTNLAB_RETURN_IF_ERROR(AttentionCoreForward(l, ap, cache, shape, Const(views.q), k_all, v_all));
+  if (hooks_) {
+    ATTNLAB_RETURN_IF_ERROR(RowStatHooks(l, ap, shape, Const(views.q), k_all));
+    if (Hooked(HookPoint::kZ, l)) ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kZ, l, a.att, {B, Tm, H, hd}));
+  }
 
   const float* attg = a.att;
   if (c.output_gate) {
@@ -544,7 +567,13 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   } else {
     LinearForward(N, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
   }
+  if (Hooked(HookPoint::kAttnOut, l)) {
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kAttnOut, l, a.o, {B, Tm, C}));
+  }
   ResidualForward(norm, AttentionResidual(c, lp, a));
+  if (Hooked(HookPoint::kResidMid, l)) {
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidMid, l, a.mid, {B, Tm, C}));
+  }
 
   seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
   seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
@@ -564,6 +593,10 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
   const int64_t B = B_, Tm = Tm_, N = N_, H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim();
   const LayerActivations a = Layer(l);
   if (c.attention_type == AttentionType::kLinear) {
+    if (Hooked(HookPoint::kAttnScores, l) || Hooked(HookPoint::kPattern, l)) {
+      return Status::InvalidArgument(
+          "a linear-attention model has no attention scores or pattern to hook");
+    }
     // O_i = sum_{j <= i} phi(q_i).phi(k_j) v_j / (sum_j phi(q_i).phi(k_j) + eps), continuing
     // the cache's state when decoding (updated in place); one token runs the recurrence.
     // CheckForwardInputs made sure a cache here is a LinearAttentionCache.
@@ -589,6 +622,9 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
     return AttentionDecode(DecodeShape{H, Hkv, n, hd}, dp, std::span<const float>(q.data, H * hd),
                            kh, vh, std::span<float>(a.att, H * hd), std::span<float>(a.lse, H));
   }
+  if (Hooked(HookPoint::kAttnScores, l) || Hooked(HookPoint::kPattern, l)) {
+    return ExplicitAttentionForward(l, ap, shape, q, k_all, v_all);
+  }
   return AttentionForwardFlash(shape, ap, q, k_all, v_all, TokenMajorView(a.att, B, H, Tm, hd),
                                std::span<float>(a.lse, N * H));
 }
@@ -597,14 +633,14 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
 //   m_in = LN2(mid) (pre-LN) or mid;  m = gelu(m_in W_fc + b) W_proj + b;
 //   s2 = skip mid + alpha2 m (residual) or m;  out = LN2(s2) (post-LN) or s2.
 // Without an MLP, out = mid.
-void Gpt::MlpBlockForward(int64_t l) {
+Status Gpt::MlpBlockForward(int64_t l) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
   const int64_t N = N_, C = c.d_model, F = c.hidden();
   const LayerActivations a = Layer(l);
   if (!c.mlp) {
     std::memcpy(a.out, a.mid, sizeof(float) * N * C);
-    return;
+    return Status::Ok();
   }
   const LayerParams& lp = params_.ptrs().layers[l];
   const Norm norm{c, N, tp};
@@ -630,7 +666,11 @@ void Gpt::MlpBlockForward(int64_t l) {
   } else {
     LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
   }
+  if (Hooked(HookPoint::kMlpOut, l)) {
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kMlpOut, l, a.m, {B_, Tm_, C}));
+  }
   ResidualForward(norm, MlpResidual(c, lp, a));
+  return Status::Ok();
 }
 
 // Qwen3's per-head RMSNorm of q and k (qk_norm), in place on layer l's qkv before RoPE: each
@@ -694,7 +734,7 @@ void Gpt::QkNormBackward(int64_t l) {
 
 // logits = LN_f(x_L) W_head^T (W_head is [V, C]); with targets, the probabilities (in place)
 // and the mean cross-entropy over counted rows.
-void Gpt::HeadForward(const int32_t* targets, double* loss) {
+Status Gpt::HeadForward(const int32_t* targets, double* loss) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
   const int64_t N = N_, C = c.d_model, V = c.vocab_size;
@@ -705,6 +745,9 @@ void Gpt::HeadForward(const int32_t* targets, double* loss) {
     Norm{c, N, tp}.Forward(xf, P.lnf_w, P.lnf_b, a.lnf.data(), a.lnf_mean.data(),
                            a.lnf_rstd.data());
     xf = a.lnf.data();
+    if (Hooked(HookPoint::kLnFinal, -1)) {
+      ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kLnFinal, -1, a.lnf.data(), {B_, Tm_, C}));
+    }
   }
   if (head_.values.size() < static_cast<size_t>(N * V)) head_.values.Resize(N * V);
   if (mats_) {
@@ -722,6 +765,7 @@ void Gpt::HeadForward(const int32_t* targets, double* loss) {
   } else if (loss) {
     *loss = 0.0;
   }
+  return Status::Ok();
 }
 
 Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
@@ -733,14 +777,21 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   EnsureActivations(B, T + off);
   has_targets_ = targets != nullptr && !cache;
   ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
-  EmbedForward();
+  if (Hooked(HookPoint::kEmbed, -1) || Hooked(HookPoint::kPosEmbed, -1)) {
+    ATTNLAB_RETURN_IF_ERROR(EmbedForwardHooked());
+  } else {
+    EmbedForward();
+  }
   const int64_t layers =
       cache && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
   for (int64_t l = 0; l < layers; ++l) {
     const AttentionParams ap = MakeAttentionParams(l);
     LayerTensors seen;
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
-    MlpBlockForward(l);
+    ATTNLAB_RETURN_IF_ERROR(MlpBlockForward(l));
+    if (Hooked(HookPoint::kResidPost, l)) {
+      ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidPost, l, Layer(l).out, {B, Tm_, c.d_model}));
+    }
     if (observer_) {
       seen.residual_out = Layer(l).out;
       seen.attention = &ap;
@@ -750,7 +801,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   if (cache && (skip_head_ || layers < c.n_layer)) {
     if (loss) *loss = 0.0;  // set_partial_forward: no logits
   } else {
-    HeadForward(targets, loss);
+    ATTNLAB_RETURN_IF_ERROR(HeadForward(targets, loss));
   }
   if (cache) cache->EndStep();
   return Status::Ok();

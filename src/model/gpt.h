@@ -8,6 +8,7 @@
 #define ATTNLAB_MODEL_GPT_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "attnlab/status.h"
 #include "core/aligned_buffer.h"
 #include "cache/kv_cache.h"
+#include "model/forward_hooks.h"
 #include "model/matrix_weights.h"
 #include "model/parameters.h"
 
@@ -85,6 +87,9 @@ class Gpt {
 
   void set_pool(ThreadPool* pool) { pool_ = pool; }
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
+  // TransformerLens-style hook points (model/forward_hooks.h), for Forwards without a cache;
+  // null: none. A Forward with a cache and hooks is refused.
+  void set_hooks(ForwardHooks* hooks) { hooks_ = hooks; }
   // For observers that need only early layers and no logits (diagnostics): cached Forwards run
   // layers [0, layers) (0: all) and, with skip_head, not the LM head (logits() then holds nothing
   // of this Forward). The cache's later layers stay empty, so use one cache per setting. Ignored
@@ -166,15 +171,29 @@ class Gpt {
                             const KvCache* cache) const;
   Status PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                      int64_t off, KvCache* cache);
-  void EmbedForward();
+  // With pos_out, learned positions go there ([N, C]) instead of into the stream (hooks).
+  void EmbedForward(float* pos_out = nullptr);
+  Status EmbedForwardHooked();
   Status AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                                LayerTensors* seen);
   Status AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                               const AttentionShape& shape, const AttentionTensor& q,
                               const AttentionTensor& k_all, const AttentionTensor& v_all);
+  // The explicit steps (engine/attention_explicit.h) instead of the flash kernel, for layers
+  // whose scores or pattern a hook reads or edits; and the read-only row-statistics hooks.
+  Status ExplicitAttentionForward(int64_t l, const AttentionParams& ap, const AttentionShape& shape,
+                                  const AttentionTensor& q, const AttentionTensor& k_all,
+                                  const AttentionTensor& v_all);
+  Status RowStatHooks(int64_t l, const AttentionParams& ap, const AttentionShape& shape,
+                      const AttentionTensor& q, const AttentionTensor& k_all);
   void QkNormForward(int64_t l);
-  void MlpBlockForward(int64_t l);
-  void HeadForward(const int32_t* targets, double* loss);
+  Status MlpBlockForward(int64_t l);
+  Status HeadForward(const int32_t* targets, double* loss);
+  // Hooks: whether one wants point p of layer l; run it on a dense [shape] tensor; run it on
+  // `heads` head vectors at column `offset` of each [N, Q] qkv row (copied out and back).
+  bool Hooked(HookPoint p, int64_t l) const { return hooks_ && hooks_->Wants(p, l); }
+  Status RunHook(HookPoint p, int64_t l, float* data, std::initializer_list<int64_t> shape);
+  Status HookHeads(HookPoint p, int64_t l, float* qkv, int64_t offset, int64_t heads);
   // Backward, the same steps in reverse. HeadBackward returns false when no gradient flows.
   bool HeadBackward(float grad_scale, const AuxiliaryGradients* aux);
   void MlpBlockBackward(int64_t l);
@@ -189,6 +208,7 @@ class Gpt {
   std::unique_ptr<RopeTable> rope_;
   ThreadPool* pool_ = nullptr;
   ForwardObserver* observer_ = nullptr;
+  ForwardHooks* hooks_ = nullptr;
   int64_t partial_layers_ = 0;  // set_partial_forward
   bool skip_head_ = false;
 

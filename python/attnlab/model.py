@@ -1,0 +1,241 @@
+"""Models with TransformerLens-style hooks: ``attnlab.load(path)`` (docs/PYTHON.md).
+
+Hook names and shapes follow TransformerLens' HookedTransformer (``blocks.{i}.attn.hook_pattern``
+is [batch, head, query_pos, key_pos], ``blocks.{i}.attn.hook_q`` [batch, pos, head, d_head], ...);
+``Model.hook_names()`` lists a model's. attnlab adds per-row statistics that need no N x N map:
+``blocks.{i}.attn.hook_lse``, ``hook_first_token_mass`` and ``hook_entropy``, each
+[batch, head, query_pos]. Patterns and scores are computed only for the layers asked for; the
+other layers run the flash kernel.
+"""
+import json
+
+import numpy as np
+
+from . import _attnlab
+
+# TransformerLens' short names (utils.get_act_name) -> the name after "blocks.{i}.".
+_SHORT = {
+    "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid",
+    "resid_post": "hook_resid_post", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+    "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "z": "attn.hook_z",
+    "rot_q": "attn.hook_rot_q", "rot_k": "attn.hook_rot_k",
+    "pattern": "attn.hook_pattern", "attn": "attn.hook_pattern",
+    "attn_scores": "attn.hook_attn_scores", "scores": "attn.hook_attn_scores",
+    "lse": "attn.hook_lse", "first_token_mass": "attn.hook_first_token_mass",
+    "entropy": "attn.hook_entropy",
+}
+_GLOBAL = {"embed": "hook_embed", "pos_embed": "hook_pos_embed",
+           "ln_final": "ln_final.hook_normalized", "normalized": "ln_final.hook_normalized"}
+
+
+def get_act_name(name, layer=None):
+    """TransformerLens' get_act_name: ("pattern", 3) -> "blocks.3.attn.hook_pattern"."""
+    if layer is None:
+        if name in _GLOBAL:
+            return _GLOBAL[name]
+        return name
+    if name not in _SHORT:
+        raise ValueError("unknown activation name %r (known: %s)" % (name, ", ".join(sorted(_SHORT))))
+    return "blocks.%d.%s" % (int(layer), _SHORT[name])
+
+
+class ActivationCache(dict):
+    """The activations of one forward by hook name; ``cache["pattern", 3]`` works too."""
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            key = get_act_name(*key)
+        elif key in _GLOBAL:
+            key = _GLOBAL[key]
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        if isinstance(key, tuple):
+            key = get_act_name(*key)
+        return super().__contains__(key)
+
+
+class HookPoint:
+    """What a hook function receives as ``hook`` (TransformerLens passes its HookPoint)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def layer(self):
+        parts = self.name.split(".")
+        return int(parts[1]) if parts[0] == "blocks" else None
+
+    def __repr__(self):
+        return "HookPoint(%r)" % self.name
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _to_token_array(tokens):
+    """tokens (list, NumPy or torch, [pos] or [batch, pos], integers) -> int32 [batch, pos]."""
+    if _is_torch(tokens):
+        tokens = tokens.detach().cpu().numpy()
+    arr = np.asarray(tokens)
+    if arr.size == 0:
+        raise ValueError("tokens: expected at least one token")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError("tokens must be integers, got %s" % arr.dtype)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError("tokens: expected [pos] or [batch, pos], got %d dimensions" % arr.ndim)
+    bad = (arr < 0) | (arr > np.iinfo(np.int32).max)
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise ValueError("token %d at index %d is outside the vocabulary" % (int(arr.ravel()[i]), i))
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+class Model:
+    """A model attnlab opened (checkpoint, Hugging Face folder, GGUF, GPT-2 safetensors, llm.c)."""
+
+    def __init__(self, impl):
+        self._m = impl
+        c = json.loads(impl.config_json)
+        self.config = c
+        n_head = int(c["n_head"])
+        d_head = int(c.get("head_size") or 0) or int(c["d_model"]) // n_head
+        # TransformerLens' cfg names, for code written against it.
+        self.cfg = type("Config", (), dict(
+            n_layers=int(c["n_layer"]), n_heads=n_head, d_model=int(c["d_model"]), d_head=d_head,
+            d_vocab=int(c["vocab_size"]), n_ctx=int(c["context"]),
+            n_key_value_heads=int(c.get("n_kv_head") or 0) or n_head))()
+        self.path = impl.path
+        self.format = impl.format
+
+    def __repr__(self):
+        return "attnlab.Model(%r, %s, %d layers, %d heads, d_model %d)" % (
+            self.path, self.format, self.cfg.n_layers, self.cfg.n_heads, self.cfg.d_model)
+
+    # Tokens --------------------------------------------------------------------------------
+    def to_tokens(self, text, prepend_bos=None):
+        """[1, pos] int64 token ids of ``text``; BOS first when the model was trained with it
+        (``prepend_bos=None``) or when asked."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        if not isinstance(text, (bytes, bytearray)):
+            raise TypeError("to_tokens: text must be str or bytes, got %s" % type(text).__name__)
+        ids = self._m.encode(bytes(text)).astype(np.int64)
+        if prepend_bos is None:
+            prepend_bos = self._m.trained_with_bos
+        if prepend_bos:
+            bos = self._m.bos_id
+            if bos is None:
+                raise ValueError("prepend_bos: this model's tokenizer has no BOS token")
+            ids = np.concatenate([[bos], ids]).astype(np.int64)
+        return ids[None, :]
+
+    def to_string(self, tokens):
+        """The text of ``tokens`` ([pos] -> a string; [batch, pos] -> a list of strings)."""
+        one = (tokens.dim() if _is_torch(tokens) else np.ndim(tokens)) == 1
+        texts = [self._m.decode(row).decode("utf-8", errors="replace")
+                 for row in _to_token_array(tokens)]
+        return texts[0] if one else texts
+
+    def to_str_tokens(self, text_or_tokens):
+        """Each token's text, as a list of strings."""
+        toks = self.to_tokens(text_or_tokens) if isinstance(text_or_tokens, (str, bytes)) \
+            else _to_token_array(text_or_tokens)
+        return [self._m.decode(np.array([t], dtype=np.int32)).decode("utf-8", errors="replace")
+                for t in toks[0]]
+
+    def hook_names(self):
+        """Every hook name of this model, in forward order."""
+        return list(self._m.hook_names())
+
+    # Forwards ------------------------------------------------------------------------------
+    def __call__(self, tokens):
+        """Logits [batch, pos, vocab] (pos includes a dedicated sink token, if the model has one)."""
+        logits = self._m.forward(_to_token_array(tokens))
+        return self._out(logits, tokens)
+
+    def run_with_cache(self, tokens, names_filter=None, remove_batch_dim=False):
+        """(logits, cache): the activations named by ``names_filter`` (None: all; a name, a list
+        of names, or a predicate on names)."""
+        names = self._select(names_filter)
+        cache = ActivationCache()
+        torch_out = _is_torch(tokens)
+
+        def record(name, arr):
+            val = arr[0] if remove_batch_dim else arr
+            cache[name] = self._convert(val, torch_out)
+            return None
+        logits = self._m.forward_hooked(_to_token_array(tokens), names, record)
+        return self._out(logits, tokens), cache
+
+    def run_with_hooks(self, tokens, fwd_hooks=()):
+        """Logits of a forward in which each ``(name or predicate, fn)`` of ``fwd_hooks`` sees its
+        activations as ``fn(activation, hook=HookPoint)``; fn may change the activation in place
+        or return a replacement of the same shape."""
+        by_name = {}
+        all_names = self.hook_names()
+        for entry in fwd_hooks:
+            if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and callable(entry[1])):
+                raise TypeError("fwd_hooks: expected (name or predicate, function) pairs")
+            sel, fn = entry
+            for n in self._select(sel, all_names):
+                by_name.setdefault(n, []).append(fn)
+        torch_out = _is_torch(tokens)
+
+        def dispatch(name, arr):
+            val = self._convert(arr, torch_out)
+            hook = HookPoint(name)
+            for fn in by_name.get(name, ()):
+                ret = fn(val, hook=hook)
+                if ret is not None:
+                    val = ret
+            if val is arr or (torch_out and val.data_ptr() == arr.ctypes.data):
+                return None  # edited in place (or not at all): the C++ side copies arr back
+            try:
+                if _is_torch(val):
+                    val = val.detach().cpu().numpy()
+                return np.ascontiguousarray(val, dtype=np.float32)
+            except (TypeError, ValueError) as e:
+                raise ValueError("hook %s returned something that is not an array of numbers "
+                                 "(%s)" % (name, e)) from None
+        logits = self._m.forward_hooked(_to_token_array(tokens), list(by_name), dispatch)
+        return self._out(logits, tokens)
+
+    # Helpers -------------------------------------------------------------------------------
+    def _select(self, names_filter, all_names=None):
+        all_names = all_names if all_names is not None else self.hook_names()
+        if names_filter is None:
+            return list(all_names)
+        if callable(names_filter):
+            return [n for n in all_names if names_filter(n)]
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        known = set(all_names)
+        out = []
+        for n in names_filter:
+            if not isinstance(n, str):
+                raise TypeError("names_filter: expected hook names (str), got %s" % type(n).__name__)
+            if n not in known:
+                raise ValueError("unknown hook name '%s' for this model (%d layers; "
+                                 "Model.hook_names() lists them)" % (n, self.cfg.n_layers))
+            out.append(n)
+        return out
+
+    @staticmethod
+    def _convert(arr, torch_out):
+        if torch_out:
+            import torch
+            return torch.from_numpy(arr)
+        return arr
+
+    def _out(self, logits, tokens):
+        return self._convert(logits, _is_torch(tokens))
+
+
+def load(path=None, tokenizer=None):
+    """Opens a model: an attnlab checkpoint directory, a Hugging Face folder (llama, mistral,
+    qwen2, qwen3, gpt_neox, gpt2), a GPT-2 .safetensors file, a llama.cpp .gguf file or llm.c's
+    .bin; no path: the embedded default model."""
+    return Model(_attnlab.Model.load(path or "", tokenizer or ""))
