@@ -117,7 +117,7 @@ def build_files(build, used):
 
 def test_files(build, used):
     raw = run(["ctest", "--test-dir", build, "--show-only=json-v1"])
-    scripts = set()
+    scripts, run_modules = set(), set()
     for t in json.loads(raw).get("tests", []):
         cmd = t.get("command") or []
         if not cmd:
@@ -128,7 +128,9 @@ def test_files(build, used):
         for a in cmd[1:]:
             if a.endswith(".py") and os.path.isfile(a):
                 scripts.add(a)
-    modules, programs = set(), set()
+        if "-m" in cmd[1:-1]:  # python3 -m pytest FILE: the runner module is used too
+            run_modules.add(cmd[cmd.index("-m") + 1].split(".")[0])
+    modules, programs = set(run_modules), set()
     for s in scripts:
         src = open(s, encoding="utf-8").read()
         for node in ast.walk(ast.parse(src)):
@@ -148,11 +150,15 @@ def test_files(build, used):
              "print(json.dumps(out))\n")
     found = json.loads(run(["/usr/bin/python3", "-c", probe] + sorted(modules),
                            cwd=os.path.join(REPO, "tests")))
-    test_dir = os.path.join(REPO, "tests")
+    # The repository's own modules: tests/*.py, the Python package (python/attnlab, built into
+    # the build folder), and modules beside a test script (python/tests' conftest).
+    local_dirs = {os.path.join(REPO, "tests"), os.path.join(REPO, "python")}
+    local_dirs.update(os.path.dirname(os.path.abspath(s)) for s in scripts)
     missing = []
     for m, origin in sorted(found.items()):
         if origin is None:
-            if not os.path.exists(os.path.join(test_dir, m + ".py")):
+            if not any(os.path.exists(os.path.join(d, m + ".py")) or
+                       os.path.isfile(os.path.join(d, m, "__init__.py")) for d in local_dirs):
                 missing.append(m)
         elif origin not in ("", "built-in", "frozen") and os.path.isabs(origin):
             used.setdefault(origin, "imported by the Python tests (" + m + ")")
