@@ -66,6 +66,30 @@ Status ValidateParamsF64(const AttentionShape& s, const AttentionParams& params,
   return Status::Ok();
 }
 
+// A view shaped like q ([batch, heads_q, len_q, head_dim]) or like k and v.
+template <typename T>
+Status QShaped(const char* name, const TensorView4<T>& v, const AttentionShape& s, bool output,
+               internal::AddressRange* r) {
+  return internal::ValidateView4(name, v, s.batch, s.heads_q, s.len_q, s.head_dim, output, r);
+}
+template <typename T>
+Status KvShaped(const char* name, const TensorView4<T>& v, const AttentionShape& s, bool output,
+                internal::AddressRange* r) {
+  return internal::ValidateView4(name, v, s.batch, s.heads_kv, s.len_k, s.head_dim, output, r);
+}
+
+// What both double entry points check first: the parameters, then q, k and v.
+Status ValidateInputsF64(const AttentionShape& s, const AttentionParams& params,
+                         std::optional<double> scale, std::span<const double> sink_logits,
+                         const View64& q, const View64& k, const View64& v,
+                         internal::AddressRange* rq, internal::AddressRange* rk,
+                         internal::AddressRange* rv) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateParamsF64(s, params, scale, sink_logits));
+  ATTNLAB_RETURN_IF_ERROR(QShaped("q", q, s, false, rq));
+  ATTNLAB_RETURN_IF_ERROR(KvShaped("k", k, s, false, rk));
+  return KvShaped("v", v, s, false, rv);
+}
+
 double ScaleF64(std::optional<double> scale, int64_t head_dim) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -77,20 +101,12 @@ Status AttentionForwardReferenceF64(const AttentionShape& s, const AttentionPara
                                     std::span<const double> sink_logits, const View64& q,
                                     const View64& k, const View64& v, const View64Mut& out,
                                     std::span<double> lse) {
-  using internal::ValidateView4;
-  ATTNLAB_RETURN_IF_ERROR(ValidateParamsF64(s, params, scale, sink_logits));
   internal::AddressRange rq, rk, rv, ro;
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("q", q, s.batch, s.heads_q, s.len_q, s.head_dim, false, &rq));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("k", k, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rk));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("v", v, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rv));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("out", out, s.batch, s.heads_q, s.len_q, s.head_dim, true, &ro));
-  ATTNLAB_RETURN_IF_ERROR(internal::CheckDisjoint("out", ro, "q", rq));
-  ATTNLAB_RETURN_IF_ERROR(internal::CheckDisjoint("out", ro, "k", rk));
-  ATTNLAB_RETURN_IF_ERROR(internal::CheckDisjoint("out", ro, "v", rv));
+  ATTNLAB_RETURN_IF_ERROR(ValidateInputsF64(s, params, scale, sink_logits, q, k, v, &rq, &rk, &rv));
+  ATTNLAB_RETURN_IF_ERROR(QShaped("out", out, s, true, &ro));
+  for (auto [in, ir] : {std::pair{"q", &rq}, {"k", &rk}, {"v", &rv}}) {
+    ATTNLAB_RETURN_IF_ERROR(internal::CheckDisjoint("out", ro, in, *ir));
+  }
   const int64_t rows = s.batch * s.heads_q * s.len_q;
   if (!lse.empty() && static_cast<int64_t>(lse.size()) != rows) {
     return Status::InvalidArgument(
@@ -109,23 +125,12 @@ Status AttentionBackwardReferenceF64(const AttentionShape& s, const AttentionPar
                                      const View64& k, const View64& v, const View64& dout,
                                      const View64Mut& dq, const View64Mut& dk, const View64Mut& dv,
                                      std::span<double> d_sink_logits) {
-  using internal::ValidateView4;
-  ATTNLAB_RETURN_IF_ERROR(ValidateParamsF64(s, params, scale, sink_logits));
   internal::AddressRange rq, rk, rv, rdo, rdq, rdk, rdv;
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("q", q, s.batch, s.heads_q, s.len_q, s.head_dim, false, &rq));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("k", k, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rk));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("v", v, s.batch, s.heads_kv, s.len_k, s.head_dim, false, &rv));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("dout", dout, s.batch, s.heads_q, s.len_q, s.head_dim, false, &rdo));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("dq", dq, s.batch, s.heads_q, s.len_q, s.head_dim, true, &rdq));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("dk", dk, s.batch, s.heads_kv, s.len_k, s.head_dim, true, &rdk));
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateView4("dv", dv, s.batch, s.heads_kv, s.len_k, s.head_dim, true, &rdv));
+  ATTNLAB_RETURN_IF_ERROR(ValidateInputsF64(s, params, scale, sink_logits, q, k, v, &rq, &rk, &rv));
+  ATTNLAB_RETURN_IF_ERROR(QShaped("dout", dout, s, false, &rdo));
+  ATTNLAB_RETURN_IF_ERROR(QShaped("dq", dq, s, true, &rdq));
+  ATTNLAB_RETURN_IF_ERROR(KvShaped("dk", dk, s, true, &rdk));
+  ATTNLAB_RETURN_IF_ERROR(KvShaped("dv", dv, s, true, &rdv));
   // Gradients are outputs: disjoint from every input and from each other.
   for (auto [gn, gr] : {std::pair{"dq", &rdq}, {"dk", &rdk}, {"dv", &rdv}}) {
     for (auto [in, ir] : {std::pair{"q", &rq}, {"k", &rk}, {"v", &rv}, {"dout", &rdo}}) {
