@@ -40,6 +40,8 @@ std::string CpuSimd() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "AVX2+FMA";
   if (__builtin_cpu_supports("avx2")) return "AVX2";
   return "SSE";
+#elif defined(__aarch64__)
+  return "NEON (AArch64)";  // Advanced SIMD is part of every AArch64 CPU
 #else
   return "unknown";
 #endif

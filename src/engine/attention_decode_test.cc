@@ -126,13 +126,19 @@ TEST(AttentionDecode, ThreadCountDoesNotChangeTheResultBeyondTheBound) {
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-// The bit-manipulating fp16 conversions against the compiler's IEEE _Float16 (GCC 12 has it on
-// every x86-64): every half value widens identically, and floats of every binade (normal,
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;  // GCC 12's C++ has no _Float16 on AArch64; __fp16 is IEEE there
+#else
+using CompilerHalf = _Float16;
+#endif
+// The bit-manipulating fp16 conversions against the compiler's IEEE half (GCC 12 has _Float16 on
+// every x86-64; on AArch64 __fp16 converts with the CPU's own fcvt instructions): every
+// half value widens identically, and floats of every binade (normal,
 // subnormal and overflowing halves, ties, NaN, Inf) narrow identically.
 TEST(AttentionDecode, Fp16ConversionsMatchTheCompilersIeeeHalf) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    _Float16 ref;
+    CompilerHalf ref;
     const uint16_t h16 = static_cast<uint16_t>(h);
     std::memcpy(&ref, &h16, 2);
     const float want = static_cast<float>(ref), got = F16ToFloat(h16);
@@ -156,7 +162,7 @@ TEST(AttentionDecode, Fp16ConversionsMatchTheCompilersIeeeHalf) {
   }
   for (float x : xs) {
     if (std::isnan(x)) continue;
-    const _Float16 ref = static_cast<_Float16>(x);
+    const CompilerHalf ref = static_cast<CompilerHalf>(x);
     uint16_t want;
     std::memcpy(&want, &ref, 2);
     ASSERT_EQ(FloatToF16(x), want) << x;
