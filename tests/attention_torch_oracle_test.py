@@ -16,6 +16,9 @@ write each variant:
                row; the output is then that of the real keys only
   * sink:      the learned logit b_h concatenated as an extra score column, dropped after softmax
   * sigmoid:   sigmoid(s + bias) on visible keys, no normalisation
+  * softpick:  the paper's formula unshifted (Zuhri et al. 2025): relu(expm1(s)) /
+               (sum over visible keys |expm1(s)| + eps), eps = float32(1e-6); lse = log of that
+               denominator; a row that sees nothing gives zeros
 Gradients come from autograd on loss = sum(O * dO), in float64, from the same float32 inputs
 the CLI reads.
 
@@ -91,6 +94,13 @@ CASES = [
     Case("sigmoid", 1, 4, 2, 97, 113, 59, causal=True, softmax="sigmoid",
          sigmoid_bias=-math.log(113)),
     Case("large_logits", 1, 4, 4, 97, 113, 59, causal=True, q_scale=8.0, scale=0.2),
+    Case("softpick", 1, 8, 2, 97, 113, 59, causal=True, softmax="softpick"),
+    Case("softpick_window_sinks", 1, 4, 4, 113, 113, 64, causal=True, left=16, n_sink=4,
+         softmax="softpick"),
+    Case("softpick_explicit_mask", 2, 4, 2, 97, 113, 59, explicit_mask=True, mask_first=True,
+         softmax="softpick"),
+    Case("softpick_lq>lk_empty_rows", 1, 2, 2, 113, 97, 7, causal=True, softmax="softpick",
+         q_scale=3.0),
 ]
 
 
@@ -161,6 +171,14 @@ def torch_attention(c, q, k, v, sinks, mask):
         p = torch.where(vis, torch.sigmoid(s + bias), torch.zeros_like(s))
         out = p @ v_rep
         lse = None
+    elif c.softmax == "softpick":
+        eps = float(np.float32(1e-6))  # AttentionParams::softpick_eps, a float32
+        em1 = torch.where(vis, torch.expm1(torch.where(vis, s, torch.zeros_like(s))),
+                          torch.zeros_like(s))
+        denom = em1.abs().sum(-1, keepdim=True) + eps
+        p = torch.relu(em1) / denom
+        out = p @ v_rep
+        lse = torch.where(row_any.squeeze(-1), torch.log(denom.squeeze(-1)), neg_inf)
     else:
         raise ValueError(c.softmax)
     return out, lse

@@ -196,7 +196,7 @@ def collapse_training(cli, d):
     print(f"ok: collapse-training --quick ({rep['seconds']:.1f} s): {len(rep['checks'])} checks")
 
 
-SINK_VARIANTS = ["baseline", "mask_first_key", "softmax1", "sink_logit", "sigmoid", "output_gate",
+SINK_VARIANTS = ["baseline", "mask_first_key", "softmax1", "sink_logit", "sigmoid", "softpick", "output_gate", "output_gate_elementwise",
                  "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
                  "first_drop", "init_small", "init_large"]
 
@@ -213,7 +213,10 @@ def sink_claim_rules(by, counts):
         "softmax1 removes the need for a sink on token 0": rate("softmax1") == 0,
         "learned sink logit removes the need for a sink on token 0": rate("sink_logit") == 0,
         "output gate removes the need for a sink on token 0": rate("output_gate") == 0,
+        "output gate, element-wise removes the need for a sink on token 0":
+            rate("output_gate_elementwise") == 0,
         "sigmoid attention without normalisation has no sink": rate("sigmoid") == 0,
+        "softpick attention has no sink (0% sink rate)": rate("softpick") == 0,
         "a dedicated sink token takes the sink over from the first text token":
             by["sink_token"]["max_alpha1"] > eps and rate2("sink_token") == 0,
         "more weight decay, more sinks":

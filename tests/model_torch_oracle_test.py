@@ -34,10 +34,12 @@ The model (x: residual stream [B, Tm, C], Tm = T + 1 with a sink token at positi
       iff j <= i (causal; every j when causal = false), j >= i - window (window >= 0; the sink token, if any, is exempt), j != 0
       (mask_first_key); with attention_type sparse also j < G or i < G (G = attention_global
       global positions, Longformer); softmax / softmax1
-      (+1 in the denominator) / sink logit (+exp(b_h)) / sigmoid(s + bias), bias = sigmoid_bias
+      (+1 in the denominator) / sink logit (+exp(b_h)) / sigmoid(s + bias) / softpick
+      relu(expm1(s)) / (sum |expm1(s)| + 1e-6) (Zuhri et al. 2025), bias = sigmoid_bias
       or -log(max_positions) when 0; a row with no visible key outputs 0 (handled explicitly with
       torch.where, no NaN anywhere); GQA head h reads kv head h // (H / H_kv); output gate
-      o_h *= sigmoid(a_in W_g + b_g)_h; then o W_proj + b.
+      o_h *= sigmoid(a_in W_g + b_g)_h (headwise) or o *= sigmoid(a_in W_g + b_g) channel by
+      channel, reshaped [H, hd] (gate_elementwise); then o W_proj + b.
       attention_type linear replaces the scores and softmax by causal linear attention (after
       RoPE, if any): O_i = sum_{j <= i} w_ij v_j / (sum_{j <= i} w_ij + 1e-6), w_ij =
       phi(q_i) . phi(k_j), phi = elu + 1, computed as a masked Tm x Tm product (attnlab runs
@@ -107,6 +109,7 @@ BASE = {
     "rope_base": 10000.0, "rope_scaling": "none", "rope_factor": 1.0,
     "rope_original_context": 0, "norm": "pre", "norm_type": "layernorm", "norm_eps": 1e-5,
     "residual_scale": "one", "softmax": "standard", "sigmoid_bias": 0.0, "output_gate": False,
+    "gate_elementwise": False,
     "mask_first_key": False, "sink_token": False, "attention_window": -1, "causal": True,
     "attention_type": "softmax", "attention_global": 0,
 }
@@ -149,7 +152,12 @@ CONFIGS = [
     ("sink_logit", {"softmax": "sink_logit"}),
     ("sigmoid_default_bias", {"softmax": "sigmoid"}),
     ("sigmoid_bias_-1.5", {"softmax": "sigmoid", "sigmoid_bias": -1.5}),
+    ("softpick", {"softmax": "softpick"}),
+    ("softpick_window_gqa", {"softmax": "softpick", "attention_window": 3, "n_kv_head": 2}),
     ("output_gate", {"output_gate": True}),
+    ("output_gate_elementwise", {"output_gate": True, "gate_elementwise": True}),
+    ("gate_elementwise_gqa_post_softpick", {"output_gate": True, "gate_elementwise": True,
+                                           "n_kv_head": 2, "norm": "post", "softmax": "softpick"}),
     ("mask_first_key", {"mask_first_key": True}),
     ("sink_token", {"sink_token": True}),
     ("gqa_kv2", {"n_kv_head": 2}),
@@ -242,7 +250,9 @@ SENSITIVITY = [
     ("softmax1", "softmax1_no_plus_one"),
     ("sink_logit", "sink_logit_sign"),
     ("sigmoid_default_bias", "sigmoid_bias_wrong_length"),
+    ("softpick", "softpick_abs_numerator"),
     ("output_gate", "gate_bias_dropped"),
+    ("output_gate_elementwise", "gate_channels_transposed"),
     ("mask_first_key", "first_key_visible"),
     ("sink_token", "sink_token_not_prepended_to_position"),
     ("gqa_kv2", "gqa_modulo"),
@@ -351,8 +361,9 @@ def parameter_shapes(c):
         if c["bias"] or c.get("proj_bias"):
             s[h + "attn.proj.bias"] = (C,)
         if c["output_gate"]:
-            s[h + "attn.gate.weight"] = (C, H)
-            s[h + "attn.gate.bias"] = (H,)
+            G = A if c.get("gate_elementwise", False) else H  # one gate per channel or per head
+            s[h + "attn.gate.weight"] = (C, G)
+            s[h + "attn.gate.bias"] = (G,)
         if c["softmax"] == "sink_logit":
             s[h + "attn.sink"] = (H,)
         if c["mlp"]:
@@ -557,6 +568,11 @@ def attention(c, q, k, v, sink_logits, mutation):
         bias = f32(bias)
         p = torch.where(vis, torch.sigmoid(s + bias), torch.zeros_like(s))
         return p @ v
+    if kind == "softpick":  # Zuhri et al. 2025, unshifted; eps is AttentionParams' float 1e-6
+        em1 = torch.where(vis, torch.expm1(torch.where(vis, s, torch.zeros_like(s))),
+                          torch.zeros_like(s))
+        num = em1.abs() if mutation == "softpick_abs_numerator" else torch.relu(em1)
+        return num / (em1.abs().sum(-1, keepdim=True) + f32(1e-6)) @ v
     # Normalised variants: exp of the visible scores only (masked entries never pass through
     # exp, so no inf and no NaN), then the denominator with the variant's extra term.
     s0 = torch.where(vis, s, torch.zeros_like(s))
@@ -659,7 +675,14 @@ def truth_forward(c, W, tokens, targets, mutation=None):
             z = a_in @ W[h + "attn.gate.weight"]
             if mutation != "gate_bias_dropped":
                 z = z + W[h + "attn.gate.bias"]
-            att = att * torch.sigmoid(z).transpose(1, 2).unsqueeze(-1)
+            if c.get("gate_elementwise", False):  # one gate per channel of [H, hd]
+                if mutation == "gate_channels_transposed":
+                    g = torch.sigmoid(z).reshape(B, Tm, hd, H).permute(0, 3, 1, 2)
+                else:
+                    g = torch.sigmoid(z).reshape(B, Tm, H, hd).transpose(1, 2)
+                att = att * g
+            else:
+                att = att * torch.sigmoid(z).transpose(1, 2).unsqueeze(-1)
         att = att.transpose(1, 2).reshape(B, Tm, H * hd)
         o = linear(att, h + "attn.proj")
         if post and mutation == "post_norm_on_branch":  # x + a LN(f(x)) instead of LN(x + a f(x))

@@ -152,18 +152,21 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   report::CsvWriter heads({"layer", "head", "alpha_1", "first_mass_1", "last_key0", "uniform_last",
                            "entropy", "distance", "sink_mass", "previous_token", "induction",
                            "duplicate_token", "key_norm_ratio", "cos_q_key0", "sink_key",
-                           "sink_key_excess"});
+                           "sink_key_excess", "gate_mean", "gate_std", "gate_share_closed"});
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
       const AttentionHeadStats& s = r.layers[l].attention.heads[h];
       const auto& pat = r.layers[l].patterns.heads;
       auto d = [&](int i) { return pat.empty() ? NAN : pat[h].diagonal[i]; };
+      const auto& gates = r.layers[l].gate;  // empty without an output gate: NaN columns
+      auto gate = [&](double GateHeadStats::*f) { return gates.empty() ? NAN : gates[h].*f; };
       heads.AddNumericRow({double(l), double(h), s.alpha.empty() ? NAN : s.alpha[0],
                            s.first_mass.empty() ? NAN : s.first_mass[0], s.last_key0,
                            s.last_visible ? 1.0 / s.last_visible : NAN, s.entropy, s.distance,
                            s.sink_mass, d(0), d(2), d(1), r.layers[l].geometry[h].key_norm_ratio,
                            r.layers[l].geometry[h].cos_key0, double(r.sink_key[l][h]),
-                           r.sink_key_excess[l][h]});
+                           r.sink_key_excess[l][h], gate(&GateHeadStats::mean),
+                           gate(&GateHeadStats::std), gate(&GateHeadStats::share_closed)});
     }
   }
   Check(heads.WriteTo(o.out + "/heads.csv"));
@@ -247,6 +250,25 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
     html.AddTable({"layer", "head", "alpha_1", "excess over uniform", "last query on token 0", "entropy",
                    "|k_0| / mean |k|", "cos(q, k_0)", "cos(q, other keys)"},
                   rows, "The ten heads that attend most to token 0.");
+  }
+  if (r.config.output_gate) {
+    html.AddParagraph(
+        std::string("The model gates each head's attention output with sigmoid(X W_g + b_g) (") +
+        (r.config.gate_elementwise ? "one gate per channel" : "one gate per head") +
+        "; Qiu et al. 2025, G1). A gate near 0 lets a head output nothing without parking its "
+        "attention on a sink. Mean gate value per head, and its spread (standard deviation over "
+        "tokens" + (r.config.gate_elementwise ? " and channels" : "") +
+        "); heads.csv and report.json also give the share of gates below 0.1.");
+    html.AddFigure(report::RenderHeatmap(HeadMap(r, "Output gate: mean value", "mean gate",
+                                                 [](const LayerAnalysis& la, int64_t h) {
+                                                   return la.gate.empty() ? NAN : la.gate[h].mean;
+                                                 })),
+                   "Layer x head: mean output gate.", "fig-gate-mean");
+    html.AddFigure(report::RenderHeatmap(HeadMap(r, "Output gate: spread", "std of the gate",
+                                                 [](const LayerAnalysis& la, int64_t h) {
+                                                   return la.gate.empty() ? NAN : la.gate[h].std;
+                                                 })),
+                   "Layer x head: standard deviation of the output gate.", "fig-gate-std");
   }
 
   html.AddSection("collapse", "Collapse with depth");

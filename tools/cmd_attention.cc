@@ -3,7 +3,7 @@
 //   attnlab attention --q Q.npy --k K.npy --v V.npy --o O.npy [--lse L.npy] [--probs P.npy]
 //       [--kernel flash|reference] [--causal] [--window-left N] [--window-right N] [--sinks N]
 //       [--global N]
-//       [--mask-first-key] [--mask M.npy] [--softmax standard|softmax1|sink|sigmoid]
+//       [--mask-first-key] [--mask M.npy] [--softmax standard|softmax1|sink|sigmoid|softpick]
 //       [--sink-logits S.npy] [--sigmoid-bias X] [--scale X]
 //       [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dsink DS.npy]]
 //
@@ -90,8 +90,9 @@ SoftmaxKind ParseSoftmax(const std::string& name) {
   if (name == "softmax1") return SoftmaxKind::kSoftmax1;
   if (name == "sink") return SoftmaxKind::kSinkLogit;
   if (name == "sigmoid") return SoftmaxKind::kSigmoid;
+  if (name == "softpick") return SoftmaxKind::kSoftpick;
   throw UsageError("unknown --softmax '" + name +
-                     "'; expected standard, softmax1, sink or sigmoid");
+                     "'; expected standard, softmax1, sink, sigmoid or softpick");
 }
 
 // Output flags in the order they are written, with their paths (empty = not requested).
@@ -398,7 +399,7 @@ void RegisterAttentionCommand(CLI::App& app) {
   cmd->add_option("--mask", o.mask,
                   "explicit mask .npy, uint8/bool, 1 = visible: [len_q, len_k] or "
                   "[batch, heads_q, len_q, len_k] (size-1 batch/head broadcast)");
-  cmd->add_option("--softmax", o.softmax, "standard (default), softmax1, sink or sigmoid");
+  cmd->add_option("--softmax", o.softmax, "standard (default), softmax1, sink, sigmoid or softpick");
   cmd->add_option("--sink-logits", o.sink_logits, "sink logits .npy [heads_q] (--softmax sink)");
   o.sigmoid_bias_opt = cmd->add_option("--sigmoid-bias", o.sigmoid_bias,
                                        "bias added to the logits (--softmax sigmoid)");

@@ -301,8 +301,12 @@ void RegisterTrainCommand(CLI::App& app) {
   model_str("--norm", "norm", "pre | post | none");
   model_str("--norm-type", "norm_type", "layernorm | rmsnorm");
   model_str("--residual-scale", "residual_scale", "one | inv_sqrt_2l | rezero | deepnorm");
-  model_str("--softmax", "softmax", "standard | softmax1 | sink_logit | sigmoid");
-  model_flag("--gate", "output_gate", true, "head-wise output gate");
+  model_str("--softmax", "softmax", "standard | softmax1 | sink_logit | sigmoid | softpick");
+  model_flag("--gate", "output_gate", true, "head-wise output gate (Qiu et al. 2025's G1)");
+  cmd->add_flag_function(
+      "--gate-elementwise",
+      [f](int64_t) { f->model["output_gate"] = true, f->model["gate_elementwise"] = true; },
+      "element-wise output gate: one sigmoid per attention channel (implies --gate)");
   model_flag("--mask-first-key", "mask_first_key", true, "no query attends to token 0");
   model_flag("--sink-token", "sink_token", true, "a learnable sink token before every sequence");
   model_flag("--no-mlp", "mlp", false, "attention-only blocks");

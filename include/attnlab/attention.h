@@ -68,6 +68,13 @@
 //               one learned logit per query head (gpt-oss; softmax1 is b_h = 0)
 //   kSigmoid:   P[i, j] = sigmoid(s[i, j] + sigmoid_bias), no normalisation (Ramapuram et al.
 //               2024 recommend bias = -log(len_k))
+//   kSoftpick:  P[i, j] = max(e^s[i, j] - 1, 0) / (sum_{k in V(i)} |e^s[i, k] - 1| + softpick_eps)
+//               (Zuhri et al. 2025, arXiv:2504.20966: rectified, not sum-to-one). A row sums to
+//               less than 1 and is all zero when no score is positive; masked keys add nothing to
+//               the denominator. Kernels compute it shifted by M = max(0, max_k s[i, k]):
+//               r_k = e^(s_k - M) - e^-M, P = max(r, 0) / (sum |r| + eps e^-M), so nothing
+//               overflows; fp32 loses relative accuracy only in rows whose every |s| is tiny
+//               (e^s - 1 is formed by a subtraction, as in the paper's implementation).
 //   O[i] = sum_{j in V(i)} P[i, j] V[j]
 //
 // A row with no visible key has O[i] = 0 in every variant, and its gradients are 0 (never NaN).
@@ -80,10 +87,15 @@
 //   kStandard: log sum_{k in V(i)} exp(s[i, k])   (-inf for a row with no visible key)
 //   kSoftmax1 / kSinkLogit: the same sum including the extra term (1 or exp(b_h))
 //   kSigmoid:  not defined; written as 0.
+//   kSoftpick: log(sum_{k in V(i)} |e^s[i, k] - 1| + softpick_eps), the log of the denominator
+//              (-inf for a row with no visible key)
 //
 // Backward: given dO (shaped like O), the kernels write dQ, dK, dV (overwritten, same shapes
 // and strides contracts as Q, K, V) and, for kSinkLogit, d sink_logits[h] summed over batch and
 // rows (overwritten). dK and dV of a kv head sum over the query heads of its group.
+// Softpick's score gradient, with E_j = e^(s_j - lse) = e^s_j / denominator and
+// D = sum_j P_j dP_j = dO . O: dS_j = E_j (dP_j - D) for s_j > 0, E_j D for s_j < 0, 0 at s_j = 0
+// (the kink; its subgradient 0).
 // ----------------------------------------------------------------------------------------------
 #ifndef ATTNLAB_ATTENTION_H_
 #define ATTNLAB_ATTENTION_H_
@@ -130,7 +142,13 @@ struct AttentionMask {
   std::optional<ExplicitMask> explicit_mask;
 };
 
-enum class SoftmaxKind { kStandard, kSoftmax1, kSinkLogit, kSigmoid };
+enum class SoftmaxKind { kStandard, kSoftmax1, kSinkLogit, kSigmoid, kSoftpick };
+
+// True for the variants whose row weights are not a softmax over an exp sum (kSigmoid,
+// kSoftpick): an entropy of the row is not defined for them.
+inline bool IsUnnormalisedWeights(SoftmaxKind k) {
+  return k == SoftmaxKind::kSigmoid || k == SoftmaxKind::kSoftpick;
+}
 
 struct AttentionParams {
   std::optional<float> scale;  // default 1/sqrt(head_dim)
@@ -138,6 +156,7 @@ struct AttentionParams {
   SoftmaxKind softmax = SoftmaxKind::kStandard;
   std::span<const float> sink_logits;  // [heads_q], kSinkLogit only
   float sigmoid_bias = 0.0f;           // kSigmoid only
+  float softpick_eps = 1e-6f;          // kSoftpick only: finite, > 0
   ThreadPool* pool = nullptr;          // nullptr: DefaultThreadPool()
 };
 

@@ -102,7 +102,12 @@ struct ModelConfig {
   // Attention.
   SoftmaxKind softmax = SoftmaxKind::kStandard;
   float sigmoid_bias = 0.0f;  // kSigmoid; 0 means -log(max_positions())
+  // Gated attention, G1 of Qiu et al. 2025 (arXiv:2505.06708): each head's SDPA output is
+  // multiplied by sigmoid(X W_g + b_g), X the layer's attention input (the normalised input with
+  // pre-LN), before the output projection. One gate per head (headwise) or, with
+  // gate_elementwise, one per attention channel (their best variant).
   bool output_gate = false;
+  bool gate_elementwise = false;  // requires output_gate: W_g [C, attn_dim()] instead of [C, H]
   bool mask_first_key = false;
   bool qk_norm = false;  // Qwen3: RMSNorm (norm_eps, a learned [head_dim] gain for q and one for
                          // k) over each head's q and k, before RoPE
@@ -123,6 +128,8 @@ struct ModelConfig {
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * d_model : mlp_hidden; }
   int64_t qkv_dim() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  // Columns of the output gate: attn_dim() elementwise, n_head headwise, 0 without a gate.
+  int64_t gate_dim() const { return !output_gate ? 0 : gate_elementwise ? attn_dim() : n_head; }
   bool has_qkv_bias() const { return bias || qkv_bias; }
   bool has_proj_bias() const { return bias || proj_bias; }
   bool has_mlp_bias() const { return bias || mlp_bias; }

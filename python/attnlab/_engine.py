@@ -79,8 +79,9 @@ def attention(q, k, v, *, causal=False, window=None, sinks=0, n_global=0, mask=N
     `kernel`). NumPy arrays or CPU torch tensors; the result has q's kind.
     window: None or (left, right), None for an unbounded side. sinks, n_global: leading keys /
     positions. mask: bool or uint8, [len_q, len_k] or [batch|1, heads_q|1, len_q, len_k].
-    softmax: "standard", "softmax1", "sink" (needs sink_logits [heads_q]) or "sigmoid" (with
-    sigmoid_bias). scale: default 1/sqrt(head_dim). kernel: "flash" or "reference".
+    softmax: "standard", "softmax1", "sink" (needs sink_logits [heads_q]), "sigmoid" (with
+    sigmoid_bias) or "softpick" (relu(e^s - 1) / (sum |e^s - 1| + 1e-6), Zuhri et al. 2025).
+    scale: default 1/sqrt(head_dim). kernel: "flash" or "reference".
     Returns out, or (out, lse [batch, heads_q, len_q]) with return_lse.
     """
     result = _attnlab._attention_forward(

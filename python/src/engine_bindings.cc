@@ -125,8 +125,9 @@ SoftmaxKind ParseSoftmax(const std::string& name) {
   if (name == "softmax1") return SoftmaxKind::kSoftmax1;
   if (name == "sink") return SoftmaxKind::kSinkLogit;
   if (name == "sigmoid") return SoftmaxKind::kSigmoid;
+  if (name == "softpick") return SoftmaxKind::kSoftpick;
   throw py::value_error("unknown softmax '" + name +
-                        "'; expected standard, softmax1, sink or sigmoid");
+                        "'; expected standard, softmax1, sink, sigmoid or softpick");
 }
 
 // One call's inputs, checked, with the engine's shape and params. Holds references to the

@@ -61,6 +61,16 @@ def truth(q, k, v, dout=None, *, softmax="standard", sink_logits=None, sigmoid_b
         if softmax == "sigmoid":
             P = np.where(vis, 1 / (1 + np.exp(-(s + sigmoid_bias))), 0.0)
             lse = np.zeros((B, Hq, Lq))
+        elif softmax == "softpick":  # Zuhri et al. 2025, unshifted; eps = float32(1e-6)
+            em1 = np.where(vis, np.expm1(np.where(vis, s, 0.0)), 0.0)
+            den = np.abs(em1).sum(-1) + float(np.float32(1e-6))
+            P = np.maximum(em1, 0.0) / den[..., None]
+            lse = np.where(vis.any(-1), np.log(den), -np.inf)
+            # A score's error moves its term by ~E = e^s / den and every weight of the row by
+            # sum E (attention_test_util.h): the weight magnitudes are E + P sum E.
+            E = np.where(vis, np.exp(np.where(vis, s, 0.0)) / den[..., None], 0.0)
+            E_sum = E.sum(-1, keepdims=True)
+            Pm = E + P * E_sum
         else:
             extra = {"standard": np.full(Hq, -np.inf), "softmax1": np.zeros(Hq),
                      "sink": np.asarray(sink_logits, np.float64)}[softmax]
@@ -71,16 +81,24 @@ def truth(q, k, v, dout=None, *, softmax="standard", sink_logits=None, sigmoid_b
             total = e.sum(-1) + np.exp(extra - m_safe)
             P = np.where(total[..., None] > 0, e / np.where(total > 0, total, 1)[..., None], 0.0)
             lse = np.where(total > 0, m_safe + np.log(total), -np.inf)
-    r = dict(out=P @ vv, lse=lse, m_out=P @ np.abs(vv), kappa=kappa)
+    if softmax != "softpick":
+        Pm = P
+    r = dict(out=P @ vv, lse=lse, m_out=Pm @ np.abs(vv), kappa=kappa)
+    if softmax == "softpick":  # lse moves by ~ sum E per unit of score error
+        r["lse_extra"] = E_sum[..., 0]
     if dout is None:
         return r
     do = np.asarray(dout, np.float64)
     dp = do @ vv.transpose(0, 1, 3, 2)
     dpa = np.abs(do) @ np.abs(vv).transpose(0, 1, 3, 2)
     dsum = (P * dp).sum(-1, keepdims=True)
-    dsum_a = (P * dpa).sum(-1, keepdims=True)
+    dsum_a = (Pm * dpa).sum(-1, keepdims=True)
     if softmax == "sigmoid":
         ds, ds_a = dp * P * (1 - P), dpa * P
+    elif softmax == "softpick":  # dS = E (dP - D) for s > 0, E D for s < 0 (attention.h)
+        ds = np.where(s > 0, E * (dp - dsum), np.where(s < 0, E * dsum, 0.0))
+        ds = np.where(vis, ds, 0.0)
+        ds_a = Pm * (dpa + dsum_a) * (1 + E_sum)
     else:
         ds, ds_a = P * (dp - dsum), P * (dpa + dsum_a)
 
@@ -91,7 +109,7 @@ def truth(q, k, v, dout=None, *, softmax="standard", sink_logits=None, sigmoid_b
              dk=per_kv(scale * ds.transpose(0, 1, 3, 2) @ q),
              m_dk=per_kv(scale * ds_a.transpose(0, 1, 3, 2) @ np.abs(q)),
              dv=per_kv(P.transpose(0, 1, 3, 2) @ do),
-             m_dv=per_kv(P.transpose(0, 1, 3, 2) @ np.abs(do)))
+             m_dv=per_kv(Pm.transpose(0, 1, 3, 2) @ np.abs(do)))
     if softmax == "sink":
         with np.errstate(over="ignore"):
             p_sink = np.exp(np.asarray(sink_logits, np.float64)[None, :, None] - lse)
@@ -121,11 +139,13 @@ def assert_within(name, got, want, mag, bound):
         f"{name}: |got - truth| = {err[worst]:.3g} > tol {tol[worst]:.3g} at {worst}")
 
 
-def assert_lse(got, want, kappa, u):
+def assert_lse(got, want, kappa, u, extra=None):
+    """extra: softpick's per-row sum E, the lse's sensitivity to each score's error."""
     got = np.asarray(got, np.float64)
     inf = np.isinf(want)
     assert np.array_equal(np.isinf(got), inf) and np.all(got[inf] == want[inf])
-    tol = C * u * (kappa + np.abs(want[~inf]))
+    k = kappa if extra is None else kappa * (1 + extra[~inf])
+    tol = C * u * (k + np.abs(want[~inf]))
     assert np.all(np.abs(got[~inf] - want[~inf]) <= tol)
 
 
@@ -177,6 +197,9 @@ CASES = {
                         dict(scale=0.3, softmax="sink",
                              sink_logits=lambda r: np.array([3.0, -2.0]))),
     "window_right_only": (1, 1, 1, 113, 113, 1, dict(window=(None, 5), sinks=1)),
+    "softpick_causal_gqa": (2, 4, 2, 97, 97, 59, dict(causal=True, softmax="softpick")),
+    "softpick_mask2d_empty_rows": (1, 2, 1, 7, 113, 24, dict(
+        softmax="softpick", mask=lambda r: random_mask(r, (7, 113), empty_rows=(2, 5)))),
 }
 
 
@@ -197,7 +220,7 @@ def test_float32_matches_numpy_truth(name, kernel):
     assert out.dtype == np.float32 and lse.dtype == np.float32
     bound = C * U32 * t["kappa"]
     assert_within("out", out, t["out"], t["m_out"], bound)
-    assert_lse(lse, t["lse"], t["kappa"], U32)
+    assert_lse(lse, t["lse"], t["kappa"], U32, t.get("lse_extra"))
     grads = attnlab.attention_backward(q, k, v, out, lse, dout, kernel=kernel, **kw)
     assert len(grads) == (4 if kw.get("softmax") == "sink" else 3)
     for gname, got in zip(["dq", "dk", "dv", "dsink"], grads):
@@ -218,7 +241,8 @@ def test_flash_matches_reference_kernel(name):
 
 
 @pytest.mark.parametrize("name", ["gqa4_sink_softmax", "mask2d_empty_rows", "sigmoid_bias",
-                                  "global_window_softmax1", "lq_gt_lk_causal_empty_rows"])
+                                  "global_window_softmax1", "lq_gt_lk_causal_empty_rows",
+                                  "softpick_mask2d_empty_rows"])
 def test_float64_uses_the_double_reference(name):
     (q, k, v, dout), kw = build(name, dtype=np.float64, seed=2)
     # AttentionParams holds sigmoid_bias as a float: the double reference adds that value.
@@ -231,7 +255,7 @@ def test_float64_uses_the_double_reference(name):
         # A float32 computation would miss this bound by ~2^29.
         bound = 64 * U64 * t["kappa"]
         assert_within("out", out, t["out"], t["m_out"], bound)
-        assert_lse(lse, t["lse"], t["kappa"], 4 * U64)
+        assert_lse(lse, t["lse"], t["kappa"], 4 * U64, t.get("lse_extra"))
         grads = attnlab.attention_backward(q, k, v, None, None, dout, kernel=kernel, **kw)
         for gname, got in zip(["dq", "dk", "dv", "dsink"], grads):
             assert got.dtype == np.float64

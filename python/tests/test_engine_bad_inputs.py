@@ -174,8 +174,8 @@ def test_mask_with_strided_keys_is_a_value_error():
 def test_unknown_softmax_name(tmp_path):
     q, k, v = qkv()
     msg = raises(ValueError, attnlab.attention, q, k, v, softmax="softmax2")
-    assert msg == "unknown softmax 'softmax2'; expected standard, softmax1, sink or sigmoid"
-    assert "; expected standard, softmax1, sink or sigmoid" in cli_error(
+    assert msg == "unknown softmax 'softmax2'; expected standard, softmax1, sink, sigmoid or softpick"
+    assert "; expected standard, softmax1, sink, sigmoid or softpick" in cli_error(
         tmp_path, q, k, v, "--softmax", "softmax2")
 
 

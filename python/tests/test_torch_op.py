@@ -31,6 +31,8 @@ GRADCHECK_CASES = {
     "softmax1_global_window": (1, 2, 1, 8, 8, 3,
                                dict(softmax="softmax1", n_global=2, window=(1, 1))),
     "sigmoid_bias": (1, 2, 2, 5, 6, 4, dict(softmax="sigmoid", sigmoid_bias=-1.5, causal=True)),
+    "softpick_gqa2_causal_empty_row": (1, 4, 2, 6, 5, 3, dict(softmax="softpick",
+                                                              mask=mask_with_empty_row(6, 5, 2))),
     "sink_logits_gqa2_causal": (2, 4, 2, 6, 6, 3, dict(softmax="sink", sink_logits=True,
                                                         causal=True)),
     "sink_logits_mask4d_scale": (2, 2, 1, 4, 7, 2, dict(

@@ -23,8 +23,9 @@ class WindowObserver : public ForwardObserver {
   // Keeps the streams of layers [l0, l1) (none if l0 == l1; the embedding with layer 0) and,
   // with stats, feeds every layer's rows to the attention statistics.
   WindowObserver(const ModelConfig& c, std::vector<AttentionStatsAccumulator>* stats,
-                 int64_t window_len, int64_t l0, int64_t l1)
-      : c_(c), stats_(stats), l0_(l0), l1_(l1) {
+                 int64_t window_len, int64_t l0, int64_t l1,
+                 std::vector<GateStatsAccumulator>* gates = nullptr)
+      : c_(c), stats_(stats), gates_(gates), l0_(l0), l1_(l1) {
     const int64_t L = c.n_layer, C = c.d_model, A = c.n_head * c.head_dim();
     res_.assign(L, {});
     att_.assign(L, {});
@@ -45,6 +46,7 @@ class WindowObserver : public ForwardObserver {
     if (!status_.ok()) return;
     const int64_t C = c_.d_model, Q = c_.qkv_dim(), H = c_.n_head, hd = c_.head_dim();
     if (stats_) status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
+    if (status_.ok() && gates_ && t.gate) status_ = (*gates_)[t.layer].Add(t.gate, t.len);
     k_all_[t.layer] = t.k_all;
     len_k_[t.layer] = t.len_k;
     params_[t.layer] = *t.attention;
@@ -66,6 +68,7 @@ class WindowObserver : public ForwardObserver {
   Status status_;
   ModelConfig c_;
   std::vector<AttentionStatsAccumulator>* stats_;  // null: statistics gathered elsewhere
+  std::vector<GateStatsAccumulator>* gates_;       // null: no gate, or gathered elsewhere
   int64_t l0_, l1_;
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
@@ -206,6 +209,11 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     ATTNLAB_ASSIGN_OR_RETURN(auto acc, AttentionStatsAccumulator::Create(so, H, c.kv_heads(), hd));
     stats.push_back(std::move(acc));
   }
+  std::vector<GateStatsAccumulator> gates;  // the output gate's statistics, if it has one
+  for (int64_t l = 0; l < L && c.output_gate; ++l) {
+    ATTNLAB_ASSIGN_OR_RETURN(auto acc, GateStatsAccumulator::Create(H, c.gate_dim()));
+    gates.push_back(std::move(acc));
+  }
   AnalysisResult r;
   r.config = c;
   r.text_tokens = static_cast<int64_t>(tokens.size());
@@ -237,7 +245,8 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     if (w == 0) r.passes = static_cast<int64_t>(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto [l0, l1] = groups[g];
-      WindowObserver obs(c, g == 0 ? &stats : nullptr, T, l0, l1);
+      WindowObserver obs(c, g == 0 ? &stats : nullptr, T, l0, l1,
+                         g == 0 && c.output_gate ? &gates : nullptr);
       DenseKvCache cache(L, c.kv_heads(), hd);
       ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, g == 0 ? L : l1));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
@@ -265,6 +274,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       g.key_norm_ratio /= n_windows, g.cos_key0 /= n_windows, g.cos_key_other /= n_windows;
     }
     la.attention = stats[l].Finish();
+    if (c.output_gate) la.gate = gates[l].Finish();
   }
 
   // Head patterns on repeated random sequences (TransformerLens' detector).
@@ -520,6 +530,11 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                           {"key_norm_ratio", JsonNumber(la.geometry[h].key_norm_ratio)},
                           {"cos_q_key0", JsonNumber(la.geometry[h].cos_key0)},
                           {"cos_q_other_keys", JsonNumber(la.geometry[h].cos_key_other)}};
+      if (!la.gate.empty()) {
+        const GateHeadStats& g = la.gate[h];
+        head["gate"] = {{"mean", JsonNumber(g.mean)}, {"std", JsonNumber(g.std)},
+                        {"share_closed", JsonNumber(g.share_closed)}, {"values", g.values}};
+      }
       if (!la.patterns.heads.empty()) {
         const auto& d = la.patterns.heads[h].diagonal;
         head["previous_token_score"] = JsonNumber(d[0]);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "diagnostics/attention_stats.h"
+#include "diagnostics/gate_stats.h"
 #include "diagnostics/representation_metrics.h"
 #include "model/gpt.h"
 
@@ -68,6 +69,7 @@ struct LayerAnalysis {
   StreamMetrics output;              // the layer's output residual stream
   std::vector<double> head_cka;      // [H * H] linear CKA between head outputs (window mean)
   std::vector<HeadGeometry> geometry;  // [H]
+  std::vector<GateHeadStats> gate;     // [H] the output gate's values; empty without a gate
 };
 
 struct AttentionMap {

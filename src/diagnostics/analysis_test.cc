@@ -46,7 +46,7 @@ void ExpectRel(double a, double b, double tol, const std::string& what) {
 }
 
 TEST(Analysis, StreamedStatisticsEqualTheMaterialisedOnes) {
-  for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1}) {
+  for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1, SoftmaxKind::kSoftpick}) {
     ModelConfig c;
     c.vocab_size = 60, c.context = 512, c.d_model = 32, c.n_layer = 3, c.n_head = 4;
     c.n_kv_head = 2, c.init_std = 0.15f, c.softmax = kind;

@@ -12,6 +12,7 @@
 #include "engine/attention_validate.h"
 #include "engine/gemm.h"
 #include "engine/simd.h"
+#include "engine/attention_weight.h"
 
 namespace attnlab {
 
@@ -399,6 +400,39 @@ RowNorm AddSigmoidRowTerms(const Call& c, int64_t i, const ScoreRow& row, double
   return norm;
 }
 
+// A softpick row (attention.h), in double: base M = max(0, row max), r_j = e^(x_j - M) - e^-M,
+// Z = sum |r_j| + eps e^-M; row_max2 = M log2(e), log2_norm = log2 Z, real mass
+// sum max(r_j, 0) / Z; the distance term added. Every visible logit is recomputed in double
+// (Logit2): unlike softmax's, softpick's weights amplify a score's error by E_j = e^x_j / Z,
+// which is large where scores sit near 0 and Z is small (a fp32 logit left 6e-6 relative
+// errors in the tests).
+RowNorm AddSoftpickRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& row,
+                            double* partial) {
+  const int64_t dist0 = i + c.off - row.c0;
+  thread_local std::vector<double> x;
+  x.assign(row.ld, kNegInf);
+  double m = kNegInf;
+  for (int64_t j = 0; j < row.ld; ++j) {
+    if (row.scores[j] == kNegInf) continue;
+    x[j] = Logit2(c, h, i, row.c0 + j) * kLn2;
+    m = std::isnan(x[j]) ? x[j] : std::max(m, x[j]);
+  }
+  const double base = internal::SoftpickBase(m);
+  double z = c.params->softpick_eps * std::exp(-base), pos = 0, dist = 0;
+  for (int64_t j = 0; j < row.ld; ++j) {
+    if (x[j] == kNegInf) continue;
+    const double r = internal::SoftpickShifted(x[j], base);
+    z += std::abs(r);
+    if (r > 0) pos += r, dist += r * static_cast<double>(dist0 - j);
+  }
+  partial[kDistance] += dist / z;
+  RowNorm norm;
+  norm.row_max2 = base * kLog2e;
+  norm.log2_norm = std::log2(z);
+  norm.real_mass = pos / z;
+  return norm;
+}
+
 // P[i, j] of one key, its logit recomputed in double (a single fp32 logit would carry the full
 // u * |logit| error that the row sums average away or, at the max, correct); 0 if invisible.
 double KeyProb(const Call& c, int64_t h, int64_t i, int64_t j, const ScoreRow& row,
@@ -406,6 +440,10 @@ double KeyProb(const Call& c, int64_t h, int64_t i, int64_t j, const ScoreRow& r
   if (j < row.c0 || j >= row.c1 || row.scores[j - row.c0] == kNegInf) return 0.0;
   const double x = Logit2(c, h, i, j);
   if (c.kind == SoftmaxKind::kSigmoid) return 1.0 / (1.0 + std::exp2(-(x + c.bias2)));
+  if (c.kind == SoftmaxKind::kSoftpick) {
+    const double r = internal::SoftpickShifted(x * kLn2, norm.row_max2 * kLn2);
+    return std::max(r, 0.0) * std::exp2(-norm.log2_norm);
+  }
   return std::exp2(x - norm.row_max2 - norm.log2_norm);
 }
 
@@ -447,9 +485,9 @@ void AddRowToPartial(const Call& c, const AttentionStatsOptions& opt, int64_t h,
       col_uniform[j] += 1.0 / n_visible;
     }
   }
-  const RowNorm norm = c.kind == SoftmaxKind::kSigmoid
-                           ? AddSigmoidRowTerms(c, i, row, partial)
-                           : AddSoftmaxRowTerms(c, h, i, row, n_visible, extra2, partial);
+  const RowNorm norm = c.kind == SoftmaxKind::kSigmoid    ? AddSigmoidRowTerms(c, i, row, partial)
+                       : c.kind == SoftmaxKind::kSoftpick ? AddSoftpickRowTerms(c, h, i, row, partial)
+                       : AddSoftmaxRowTerms(c, h, i, row, n_visible, extra2, partial);
   partial[kLiveRows] += 1;
   AddKeyProbTerms(c, opt, h, i, row, norm, partial);
 }
@@ -502,11 +540,18 @@ bool RenormalisedRow(const Call& c, int64_t h, int64_t i, int64_t c0, int64_t c1
   MaskedScores(c, h, i, i + 1, c0, c1, scores, ld, &n_visible);
   if (n_visible == 0) return false;
   double sum = 0;
-  if (c.kind == SoftmaxKind::kSigmoid) {
+  if (IsUnnormalisedWeights(c.kind)) {
+    double base = 0;  // softpick's base (the weights are renormalised, so only r's shape counts)
+    if (c.kind == SoftmaxKind::kSoftpick) base = internal::SoftpickBase(RowMax(scores, ld) * kLn2);
     for (int64_t j = 0; j < nc; ++j) {
-      probs[j] = scores[j] == kNegInf
-                     ? 0.0
-                     : 1.0 / (1.0 + std::exp2(-(static_cast<double>(scores[j]) + c.bias2)));
+      const double x = scores[j];
+      if (x == kNegInf) {
+        probs[j] = 0.0;
+      } else if (c.kind == SoftmaxKind::kSoftpick) {
+        probs[j] = std::max(internal::SoftpickShifted(x * kLn2, base), 0.0);
+      } else {
+        probs[j] = 1.0 / (1.0 + std::exp2(-(x + c.bias2)));
+      }
       sum += probs[j];
     }
     if (!(sum > 0)) return false;
@@ -755,7 +800,7 @@ AttentionLayerStats AttentionStatsAccumulator::Finish() const {
     AttentionHeadStats& o = out.heads[h];
     const double live = static_cast<double>(s.live_rows);
     o.entropy_rows = s.entropy_rows;
-    o.entropy = kind == SoftmaxKind::kSigmoid || s.entropy_rows == 0
+    o.entropy = IsUnnormalisedWeights(kind) || s.entropy_rows == 0
                     ? kNaN
                     : s.entropy / static_cast<double>(s.entropy_rows);
     o.sink_mass = HasSink(kind) && s.live_rows > 0 ? s.sink / live : kNaN;
@@ -874,7 +919,7 @@ Status AttentionStatsReference::AddProbsImpl(const AttentionParams& params,
         rh.distance += p * static_cast<double>(pos - j);
         if (p > 0) ent -= p * std::log(p);
       }
-      rh.entropy = params.softmax == SoftmaxKind::kSigmoid || rh.n < 2
+      rh.entropy = IsUnnormalisedWeights(params.softmax) || rh.n < 2
                        ? kNaN
                        : ent / std::log(static_cast<double>(rh.n));
       rh.key0 = static_cast<double>(P[0]);

@@ -185,12 +185,15 @@ const char* KindName(SoftmaxKind k) {
       return "sink-logit";
     case SoftmaxKind::kSigmoid:
       return "sigmoid";
+    case SoftmaxKind::kSoftpick:
+      return "softpick";
   }
   return "?";
 }
 
 constexpr SoftmaxKind kKinds[] = {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1,
-                                  SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid};
+                                  SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid,
+                                  SoftmaxKind::kSoftpick};
 
 AttentionStatsAccumulator MakeAcc(const AttentionStatsOptions& o, const Sequence& s) {
   auto r = AttentionStatsAccumulator::Create(o, s.Hq, s.Hkv, s.hd);
@@ -237,7 +240,7 @@ TEST(AttentionStats, StreamingMatchesReferenceCausal) {
           }
         }
         worst = std::max(worst, ExpectStatsNear(chunked.Finish(), want, 1e-6, what + " chunks"));
-        if (kind == SoftmaxKind::kSigmoid) {
+        if (IsUnnormalisedWeights(kind)) {
           EXPECT_TRUE(std::isnan(want.heads[0].entropy));
         }
         if (kind == SoftmaxKind::kStandard) {

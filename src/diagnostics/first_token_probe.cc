@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/attention_weight.h"
+
 namespace attnlab {
 
 FirstTokenProbe::FirstTokenProbe(const ModelConfig& config) : config_(config) { Reset(); }
@@ -31,12 +33,8 @@ void FirstTokenProbe::OnLayer(const LayerTensors& t) {
           double s = 0;
           for (int64_t d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * k0[d];
           s *= scale;
-          if (c.softmax == SoftmaxKind::kSigmoid) {
-            p = 1.0 / (1.0 + std::exp(-(s + c.effective_sigmoid_bias())));
-          } else {
-            const double lse = t.lse[(b * H + h) * T + i];
-            p = std::isinf(lse) ? 0.0 : std::exp(s - lse);
-          }
+          p = internal::KeyWeightFromLse(c.softmax, s, t.lse[(b * H + h) * T + i],
+                                         c.effective_sigmoid_bias());
         }
         sum += p;
         if (i == T - 1) last = p;

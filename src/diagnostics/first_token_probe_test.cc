@@ -43,7 +43,8 @@ class MapRecorder : public ForwardObserver {
 };
 
 TEST(FirstTokenProbe, MatchesMaterialisedMaps) {
-  for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1, SoftmaxKind::kSigmoid}) {
+  for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1, SoftmaxKind::kSigmoid,
+                           SoftmaxKind::kSoftpick}) {
     ModelConfig c;
     c.vocab_size = 50, c.context = 20, c.d_model = 32, c.n_layer = 2, c.n_head = 4;
     c.n_kv_head = 2, c.init_std = 0.2f, c.softmax = kind;

@@ -11,6 +11,7 @@
 #include "engine/attention_validate.h"
 #include "engine/gemm.h"
 #include "engine/simd.h"
+#include "engine/attention_weight.h"
 
 namespace attnlab {
 namespace {
@@ -61,6 +62,36 @@ double ExtraLogit(const AttentionParams& p, int64_t h) {
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// Softpick weights of one row of natural-log scores x[0, n) (-inf = invisible) into out (if not
+// null; 0 where invisible or not positive), in double; returns lse (attention.h), -inf if no key
+// is visible.
+double SoftpickRow(const float* x, int64_t n, float eps, float* out) {
+  double m = -kInf;
+  bool any = false;
+  for (int64_t j = 0; j < n; ++j) {
+    if (x[j] == -kInf) continue;
+    any = true;
+    m = std::isnan(x[j]) ? double(x[j]) : std::max(m, double(x[j]));
+  }
+  if (!any) {
+    if (out) std::fill(out, out + n, 0.0f);
+    return -kInf;
+  }
+  const double base = internal::SoftpickBase(m);
+  double z = eps * std::exp(-base);
+  for (int64_t j = 0; j < n; ++j) {
+    if (x[j] != -kInf) z += std::abs(internal::SoftpickShifted<double>(x[j], base));
+  }
+  if (out) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[j] = x[j] == -kInf ? 0.0f
+                             : static_cast<float>(
+                                   std::max(internal::SoftpickShifted<double>(x[j], base), 0.0) / z);
+    }
+  }
+  return base + std::log(z);
+}
 
 // s0 += sum 2^(t_j - max2), s1 += sum 2^(t_j - max2) (t_j - max2) over t[0, ld) (-inf -> 0),
 // in fp32 SIMD lanes (the engine's exp2, relative error < 2e-7) flushed into double every 256.
@@ -124,6 +155,11 @@ Status AttentionProbsFromScores(const AttentionShape& s, const AttentionParams& 
         out[j] = x == -kInf ? 0.0f : static_cast<float>(1.0 / (1.0 + std::exp(-(x + params.sigmoid_bias))));
       }
       if (!lse.empty()) lse[row] = 0.0f;
+      return;
+    }
+    if (params.softmax == SoftmaxKind::kSoftpick) {
+      const double l = SoftpickRow(in, Lk, params.softpick_eps, out);
+      if (!lse.empty()) lse[row] = static_cast<float>(l);
       return;
     }
     const double extra = ExtraLogit(params, h);
@@ -244,6 +280,21 @@ Status AttentionRowStats(const AttentionShape& s, const AttentionParams& params,
       float* t = sc.row.data();
       const float max2 = MaskedRow2(params.mask, s.len_q, Lk, key_end, b, h, i, srow, ld_used, t);
       const bool key0 = key_end > 0 && t[0] != -std::numeric_limits<float>::infinity();
+      if (params.softmax == SoftmaxKind::kSoftpick) {
+        // The row's natural scores where visible (-inf elsewhere), in t (the log2 copy is done).
+        for (int64_t j = 0; j < key_end; ++j) {
+          if (t[j] != -std::numeric_limits<float>::infinity()) t[j] = srow[j];
+        }
+        const double l = SoftpickRow(t, key_end, params.softpick_eps, nullptr);
+        if (!lse.empty()) lse[out] = static_cast<float>(l);
+        if (!first_mass.empty()) {
+          first_mass[out] =
+              key0 ? static_cast<float>(std::max(internal::SoftpickShifted<double>(srow[0], l), 0.0))
+                   : 0.0f;
+        }
+        if (!entropy.empty()) entropy[out] = nanf;
+        continue;
+      }
       if (params.softmax == SoftmaxKind::kSigmoid) {
         if (!lse.empty()) lse[out] = 0.0f;
         if (!first_mass.empty()) {

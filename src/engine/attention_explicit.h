@@ -30,6 +30,7 @@ Status AttentionScores(const AttentionShape& shape, const AttentionParams& param
 //   kStandard  softmax over the row (a row of -inf gives zeros and lse -inf)
 //   kSoftmax1 / kSinkLogit  exp(s) / (exp(b_h) + sum exp(s)), b_h = 0 or sink_logits[h]
 //   kSigmoid   sigmoid(s + sigmoid_bias), -inf -> 0; lse written as 0
+//   kSoftpick  max(e^s - 1, 0) / (sum_visible |e^s - 1| + softpick_eps); lse its log denominator
 // Rows are normalised in double. probs may alias scores (in place). lse: [batch * heads_q *
 // len_q] or empty. NaN scores propagate to their row.
 Status AttentionProbsFromScores(const AttentionShape& shape, const AttentionParams& params,
@@ -43,11 +44,12 @@ Status AttentionApplyProbs(const AttentionShape& shape, std::span<const float> p
 
 // Per-row statistics, each [batch * heads_q * len_q] (any may be empty: not computed):
 //   lse         attention.h's log-sum-exp (with the extra term of softmax1 / sink; -inf for a
-//               row with no visible key; 0 for kSigmoid)
+//               row with no visible key; 0 for kSigmoid; softpick's log denominator)
 //   first_mass  P[i, 0], the probability of key 0 (0 where key 0 is invisible)
 //   entropy     -sum_{j visible} P[i, j] ln P[i, j] in nats, over the real keys (for softmax1 /
 //               sink the sub-probability vector, the implicit sink is not a key; 0 for a row
-//               with no visible key; NaN for kSigmoid, whose weights are not a distribution)
+//               with no visible key; NaN for kSigmoid and kSoftpick, whose weights are not a
+//               distribution)
 // Memory: one block of 32 rows x len_k scores per worker thread, never len_q x len_k.
 // Cost: the score GEMMs of a forward plus one exp and log per visible score, in double.
 Status AttentionRowStats(const AttentionShape& shape, const AttentionParams& params,

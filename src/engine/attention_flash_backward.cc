@@ -79,6 +79,7 @@ Status AttentionBackwardFlash(const AttentionShape& s, const AttentionParams& pa
   a.dq = &dq, a.dk = &dk, a.dv = &dv;
   a.plan = internal::MakeFlashBackwardPlan(s, pool.num_threads());
   a.sigmoid = params.softmax == SoftmaxKind::kSigmoid;
+  a.softpick = params.softmax == SoftmaxKind::kSoftpick;
   a.scale = internal::DefaultScaleOf(params, s.head_dim);
   a.qscale = a.sigmoid ? a.scale : a.scale * internal::kLog2e;
   const internal::FlashBackwardPlan& plan = a.plan;

@@ -80,6 +80,26 @@ void SoftmaxGradTile(internal::FlashBackwardBuffers& w) {
   }
 }
 
+// Softpick (attention.h): with E = 2^(S^T - lse2) = e^s / Z, P^T = max(E - 1/Z, 0) and
+// dS^T = E (dP^T - D) where s > 0, E D where s < 0, 0 at s = 0; in place. Masked (-inf)
+// entries and padding rows (lse2 = +inf) give E = 0, so P = dS = 0.
+void SoftpickGradTile(internal::FlashBackwardBuffers& w) {
+  const VecF zero = simd::Zero();
+  for (int64_t j = 0; j < kBlockK; ++j) {
+    float* srow = w.st.data() + j * kRowsB;
+    float* drow = w.dpt.data() + j * kRowsB;
+    for (int64_t i = 0; i < kRowsB; i += kL) {
+      const VecF x = simd::Load(srow + i), lse2 = simd::Load(w.lse2.data() + i);
+      const VecF dd = simd::Load(w.dd.data() + i);
+      VecF e = simd::Exp2(x - lse2);
+      e = (x - lse2) == (x - lse2) ? e : x - lse2;  // NaN sticks (the engine's Exp2 drops it)
+      simd::Store(srow + i, simd::Max(e - simd::Exp2(zero - lse2), zero));
+      const VecF pos = e * (simd::Load(drow + i) - dd), neg = e * dd;
+      simd::Store(drow + i, x > zero ? pos : (x < zero ? neg : zero));
+    }
+  }
+}
+
 // P^T = sigmoid(S^T + bias) (masked entries 0) and dS^T = dP^T P (1 - P), in place.
 void SigmoidGradTile(internal::FlashBackwardBuffers& w, float bias) {
   const VecF bv = simd::Set1(bias), nl2e = simd::Set1(-kLog2e), one = simd::Set1(1.0f);
@@ -179,6 +199,8 @@ void AccumulateRowBlock(const internal::FlashBackwardArgs& a, const TaskKeys& t,
     }
     if (a.sigmoid) {
       SigmoidGradTile(w, params.sigmoid_bias);
+    } else if (a.softpick) {
+      SoftpickGradTile(w);
     } else {
       SoftmaxGradTile(w);
     }

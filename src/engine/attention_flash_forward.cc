@@ -48,6 +48,7 @@ Status AttentionForwardFlash(const AttentionShape& s, const AttentionParams& par
   a.lse = lse.empty() ? nullptr : lse.data();
   a.plan = internal::MakeFlashPlan(s, pool.num_threads());
   a.sigmoid = params.softmax == SoftmaxKind::kSigmoid;
+  a.softpick = params.softmax == SoftmaxKind::kSoftpick;
   const float scale = internal::DefaultScaleOf(params, s.head_dim);
   a.qscale = a.sigmoid ? scale : scale * internal::kLog2e;
 

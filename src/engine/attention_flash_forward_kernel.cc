@@ -55,6 +55,36 @@ inline void OnlineSoftmaxTile(int64_t nk, int64_t width, float* st, float* m, fl
   }
 }
 
+// Softpick's online step (attention.h), the analogue of OnlineSoftmaxTile: m holds the running
+// max of the visible scores (log2 domain, -inf while none), the base is M = max(m, 0) and
+// r = 2^(x - M) - 2^-M; P^T = max(r, 0) into st, l accumulates |r|, and a new base rescales l
+// and Oacc by 2^(M_old - M) exactly as softmax's max does (e^-M (e^x - 1) scales the same way).
+// Masked (-inf) entries add nothing.
+inline void SoftpickTile(int64_t nk, int64_t width, float* st, float* m, float* l, float* alpha) {
+  const VecF ninf = simd::Set1(kNegInf), zero = simd::Zero();
+  for (int64_t r = 0; r < width; r += kL) {
+    const VecF m_old = simd::Load(m + r);
+    VecF mx = m_old;
+    for (int64_t j = 0; j < nk; ++j) mx = simd::Max(mx, simd::Load(st + j * kSubRows + r));
+    const VecF base_old = simd::Max(m_old, zero), base = simd::Max(mx, zero);
+    const VecF off = simd::Exp2(zero - base);
+    VecF sum = zero;
+    for (int64_t j = 0; j < nk; ++j) {
+      float* p = st + j * kSubRows + r;
+      const VecF x = simd::Load(p);
+      VecF t = simd::Exp2(x - base) - off;
+      t = x == ninf ? zero : t;
+      t = x == x ? t : x;  // a NaN score reaches l (the max and the engine's Exp2 drop NaN)
+      simd::Store(p, simd::Max(t, zero));
+      sum += simd::Max(t, zero - t);
+    }
+    const VecF a = simd::Exp2(base_old - base);
+    simd::Store(alpha + r, a);
+    simd::Store(l + r, simd::Load(l + r) * a + sum);
+    simd::Store(m + r, mx);
+  }
+}
+
 // Sigmoid step: P^T = sigmoid(S^T + bias), masked (-inf) entries exactly 0.
 inline void SigmoidTile(int64_t nk, int64_t width, float* st, float bias) {
   const VecF b = simd::Set1(bias), nl2e = simd::Set1(-kLog2e), one = simd::Set1(1.0f);
@@ -133,8 +163,8 @@ void FlashForwardTask(const internal::FlashForwardArgs& a, int64_t task,
       if (a.sigmoid) {
         SigmoidTile(nk, width, w.st.data(), params.sigmoid_bias);
       } else {
-        OnlineSoftmaxTile(nk, width, w.st.data(), w.m.data() + f0, w.l.data() + f0,
-                          w.alpha.data());
+        const auto tile = a.softpick ? SoftpickTile : OnlineSoftmaxTile;
+        tile(nk, width, w.st.data(), w.m.data() + f0, w.l.data() + f0, w.alpha.data());
         for (int64_t r = 0; r < nr; ++r) {
           const float al = w.alpha[r];
           if (al == 1.0f) continue;
@@ -160,6 +190,14 @@ void FlashForwardTask(const internal::FlashForwardArgs& a, int64_t task,
     if (a.sigmoid) {
       factor = 1.0f;
       lse = 0.0f;
+    } else if (a.softpick) {
+      // Z = l + eps 2^-M (the shifted denominator); no visible key: m = -inf, zeros, lse -inf.
+      // A NaN score makes l NaN (the max may have dropped it): that must reach the output.
+      const float base = std::max(m, 0.0f);
+      const float z = l + params.softpick_eps * std::exp2(-base);
+      const bool none = m == kNegInf && !std::isnan(l);
+      factor = none ? 0.0f : 1.0f / z;
+      lse = none ? kNegInf : (base + std::log2(z)) * kLn2;
     } else if (extra2 == kNegInf) {
       // l = 0: every key masked (zeros, lse -inf). l NaN: a NaN score; it must reach the output.
       factor = l <= 0 ? 0.0f : 1.0f / l;

@@ -45,14 +45,15 @@ uint64_t SeedFromEnv(uint64_t dflt) {
   return e ? std::strtoull(e, nullptr, 10) : dflt;
 }
 
-double LseRatio(const std::vector<float>& got, const std::vector<double>& truth, double c_u_kappa) {
+double LseRatio(const std::vector<float>& got, const std::vector<double>& truth,
+                const std::vector<double>& mag, double c_u_kappa) {
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isinf(truth[i]) || std::isinf(got[i]) || std::isnan(got[i])) {
       if (got[i] != truth[i]) return INFINITY;
       continue;
     }
-    worst = std::max(worst, std::abs(got[i] - truth[i]) / (c_u_kappa * (1.0 + std::abs(truth[i]))));
+    worst = std::max(worst, std::abs(got[i] - truth[i]) / (c_u_kappa * mag[i]));
   }
   return worst;
 }
@@ -81,7 +82,7 @@ double CheckCase(const AttentionCase& c) {
   double worst = BoundRatio(out, t.out, t.m_out, tol);
   EXPECT_LE(worst, 1.0) << "out";
   if (c.params.softmax != SoftmaxKind::kSigmoid) {
-    const double lr = LseRatio(lse, t.lse, tol);
+    const double lr = LseRatio(lse, t.lse, t.m_lse, tol);
     EXPECT_LE(lr, 1.0) << "lse";
     worst = std::max(worst, lr);
   }
@@ -125,7 +126,7 @@ TEST(AttentionFlash, ForwardMatchesReferenceOnRandomConfigs) {
     EXPECT_LE(r, 1.0) << "kappa " << t.kappa;
     worst = std::max(worst, r);
     if (c.params.softmax != SoftmaxKind::kSigmoid) {
-      const double lr = LseRatio(lse, t.lse, tol);
+      const double lr = LseRatio(lse, t.lse, t.m_lse, tol);
       EXPECT_LE(lr, 1.0);
       worst = std::max(worst, lr);
     }
@@ -450,7 +451,8 @@ TEST(AttentionFlash, NaNInputsPoisonExactlyTheRowsThatUseThem) {
   k_nan[((kNanB * s.heads_kv + kNanKvHead) * s.len_k + kNanPos) * s.head_dim + 9] = NAN;
   v_nan[((kNanB * s.heads_kv + kNanKvHead) * s.len_k + kNanPos) * s.head_dim + 2] = NAN;
   const SoftmaxKind kinds[] = {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1,
-                               SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid};
+                               SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid,
+                               SoftmaxKind::kSoftpick};
   for (const SoftmaxKind kind : kinds) {
     for (const int64_t window : {int64_t{-1}, int64_t{20}}) {
       AttentionParams p;
@@ -503,6 +505,28 @@ TEST(AttentionFlash, NaNInputsPoisonExactlyTheRowsThatUseThem) {
         EXPECT_EQ(poisoned_q, 1);
         EXPECT_GT(poisoned_k, 2);
       }
+    }
+  }
+}
+
+TEST(AttentionFlash, SoftpickRefusesABadEps) {
+  const AttentionShape s{1, 2, 1, 7, 7, 4};
+  std::vector<float> q(2 * 7 * 4, 0.5f), k(7 * 4, 0.25f), v(7 * 4, 1.0f), out(2 * 7 * 4);
+  const AttentionTensor qv{q.data(), int64_t(q.size()), 2 * 7 * 4, 7 * 4, 4};
+  const AttentionTensor kv{k.data(), int64_t(k.size()), 7 * 4, 7 * 4, 4};
+  const AttentionTensor vv{v.data(), int64_t(v.size()), 7 * 4, 7 * 4, 4};
+  const AttentionTensorMut ov{out.data(), int64_t(out.size()), 2 * 7 * 4, 7 * 4, 4};
+  AttentionParams p;
+  p.softmax = SoftmaxKind::kSoftpick;
+  EXPECT_TRUE(AttentionForwardFlash(s, p, qv, kv, vv, ov).ok());
+  for (const float eps : {0.0f, -1e-6f, NAN, INFINITY}) {
+    p.softpick_eps = eps;
+    for (const bool flash : {true, false}) {
+      const Status st = flash ? AttentionForwardFlash(s, p, qv, kv, vv, ov)
+                              : AttentionForwardReference(s, p, qv, kv, vv, ov);
+      EXPECT_FALSE(st.ok()) << "eps " << eps;
+      EXPECT_NE(st.ToString().find("softpick eps must be finite and > 0"), std::string::npos)
+          << st.ToString();
     }
   }
 }

@@ -13,18 +13,21 @@
 
 #include "attnlab/attention.h"
 #include "engine/attention_mask.h"
+#include "engine/attention_weight.h"
 
 namespace attnlab::internal {
 
 // Probabilities of one query row (b, h, i) into p[0..len_k) (0 where masked), and the row's
-// log-sum-exp (see attention.h). Returns false if no key is visible (p all 0).
+// log-sum-exp (see attention.h). Returns false if no key is visible (p all 0). scores, if given,
+// receives the scaled scores of the visible keys (-inf where masked): softpick's backward needs
+// their signs.
 // Acc is the arithmetic type (double for the truth; float gives a same-precision reference
 // whose error calibrates the tolerance of optimised fp32 kernels).
 template <typename T, typename Acc = double>
 bool ReferenceRowProbs(const AttentionShape& s, const AttentionParams& params, Acc scale,
                        const T* sink_logits, const TensorView4<const T>& q,
                        const TensorView4<const T>& k, int64_t b, int64_t h, int64_t i,
-                       std::vector<Acc>& p, Acc* lse) {
+                       std::vector<Acc>& p, Acc* lse, std::vector<Acc>* scores = nullptr) {
   const int64_t group = s.heads_q / s.heads_kv;
   const int64_t hk = h / group;
   const RowRange r = RowVisibleRange(params.mask, s.len_q, s.len_k, i);
@@ -36,12 +39,14 @@ bool ReferenceRowProbs(const AttentionShape& s, const AttentionParams& params, A
     vis[j] = KeyVisible(params.mask, r, b, h, i, j);
     if (!vis[j]) {
       p[j] = 0;
+      if (scores) (*scores)[j] = -std::numeric_limits<Acc>::infinity();
       continue;
     }
     const T* kj = k.at(b, hk, j);
     Acc dot = 0;
     for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<Acc>(qi[d]) * kj[d];
     p[j] = scale * dot;
+    if (scores) (*scores)[j] = p[j];
     // NaN sticks (std::max would drop it, and a row of NaN scores would look fully masked).
     m = std::isnan(p[j]) ? p[j] : std::max(m, p[j]);
     any = true;
@@ -52,6 +57,22 @@ bool ReferenceRowProbs(const AttentionShape& s, const AttentionParams& params, A
     }
     *lse = 0;
     return any;
+  }
+  if (params.softmax == SoftmaxKind::kSoftpick) {
+    if (!any) {
+      *lse = -std::numeric_limits<Acc>::infinity();
+      return false;
+    }
+    const Acc base = SoftpickBase(m);
+    Acc sum = Acc(params.softpick_eps) * std::exp(-base);
+    for (int64_t j = 0; j < s.len_k; ++j) {
+      if (!vis[j]) continue;
+      p[j] = SoftpickShifted(p[j], base);
+      sum += std::abs(p[j]);
+    }
+    for (int64_t j = 0; j < s.len_k; ++j) p[j] = std::max(p[j], Acc(0)) / sum;
+    *lse = base + std::log(sum);
+    return true;
   }
   Acc extra = -std::numeric_limits<Acc>::infinity();  // the extra logit, if any
   if (params.softmax == SoftmaxKind::kSoftmax1) extra = 0;
@@ -81,15 +102,18 @@ void AttentionForwardReferenceImpl(const AttentionShape& s, const AttentionParam
                                    const TensorView4<const T>& v, const TensorView4<T>& out,
                                    T* lse, T* probs) {
   const int64_t group = s.heads_q / s.heads_kv;
-  std::vector<Acc> p(s.len_k), o(s.head_dim);
+  std::vector<Acc> p(s.len_k), o(s.head_dim), sc(s.len_k);
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads_q; ++h) {
       for (int64_t i = 0; i < s.len_q; ++i) {
         Acc row_lse;
-        ReferenceRowProbs<T, Acc>(s, params, scale, sink_logits, q, k, b, h, i, p, &row_lse);
+        ReferenceRowProbs<T, Acc>(s, params, scale, sink_logits, q, k, b, h, i, p, &row_lse,
+                                  &sc);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < s.len_k; ++j) {
-          if (p[j] == 0) continue;
+          // Every visible key, P = 0 included: a NaN in v[j] reaches the rows that see j (0 x
+          // NaN, as in the flash kernels); masked keys (score -inf) are skipped.
+          if (std::isinf(sc[j]) && sc[j] < 0) continue;
           const T* vj = v.at(b, h / group, j);
           for (int64_t d = 0; d < s.head_dim; ++d) o[d] += p[j] * vj[d];
         }
@@ -108,6 +132,7 @@ void AttentionForwardReferenceImpl(const AttentionShape& s, const AttentionParam
 // Gradients by the textbook chain rule on the materialised row:
 //   dP[j] = dO . V[j];  softmax: dS[j] = P[j] (dP[j] - D), D = sum_j P[j] dP[j] = dO . O;
 //   sigmoid: dS[j] = dP[j] P[j] (1 - P[j]);  d b_h -= P_sink * D  (the sink's value is 0);
+//   softpick: dS[j] = E (dP[j] - D) for s > 0, E D for s < 0, E = e^(s[j] - lse) (attention.h);
 //   dQ += scale * dS[j] K[j];  dK[j] += scale * dS[j] Q;  dV[j] += P[j] dO.
 // REQUIRES: inputs validated. dq, dk, dv are overwritten; d_sink (if non-null) too.
 template <typename T, typename Acc = double>
@@ -124,13 +149,15 @@ void AttentionBackwardReferenceImpl(const AttentionShape& s, const AttentionPara
   std::vector<Acc> dk_acc(s.batch * s.heads_kv * s.len_k * D, Acc(0));
   std::vector<Acc> dv_acc(dk_acc.size(), Acc(0));
   std::vector<Acc> dsink_acc(s.heads_q, Acc(0));
-  std::vector<Acc> p(s.len_k), dp(s.len_k), dqi(D);
+  const bool softpick = params.softmax == SoftmaxKind::kSoftpick;
+  std::vector<Acc> p(s.len_k), dp(s.len_k), dqi(D), sc(s.len_k);
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / group;
       for (int64_t i = 0; i < s.len_q; ++i) {
         Acc row_lse;
-        ReferenceRowProbs<T, Acc>(s, params, scale, sink_logits, q, k, b, h, i, p, &row_lse);
+        ReferenceRowProbs<T, Acc>(s, params, scale, sink_logits, q, k, b, h, i, p, &row_lse,
+                                  &sc);
         const T* doi = dout.at(b, h, i);
         const T* qi = q.at(b, h, i);
         Acc dsum = 0;  // D = sum_j P[j] dP[j]
@@ -147,10 +174,17 @@ void AttentionBackwardReferenceImpl(const AttentionShape& s, const AttentionPara
         }
         std::fill(dqi.begin(), dqi.end(), Acc(0));
         for (int64_t j = 0; j < s.len_k; ++j) {
-          if (p[j] == 0) continue;
-          const Acc ds = params.softmax == SoftmaxKind::kSigmoid
-                                ? dp[j] * p[j] * (Acc(1) - p[j])
-                                : p[j] * (dp[j] - dsum);
+          // Softpick's keys with s < 0 have P = 0 but a gradient (through the denominator).
+          if (softpick ? std::isinf(sc[j]) && sc[j] < 0 : p[j] == 0) continue;
+          Acc ds;
+          if (softpick) {
+            const Acc e = std::exp(sc[j] - row_lse);
+            ds = sc[j] > 0 ? e * (dp[j] - dsum) : sc[j] < 0 ? e * dsum : Acc(0);
+          } else if (params.softmax == SoftmaxKind::kSigmoid) {
+            ds = dp[j] * p[j] * (Acc(1) - p[j]);
+          } else {
+            ds = p[j] * (dp[j] - dsum);
+          }
           const T* kj = k.at(b, hk, j);
           Acc* dkj = &dk_acc[((b * s.heads_kv + hk) * s.len_k + j) * D];
           Acc* dvj = &dv_acc[((b * s.heads_kv + hk) * s.len_k + j) * D];

@@ -216,10 +216,11 @@ inline void MakeRandomCase(std::mt19937_64& rng, AttentionCase& c, double max_wo
   m.mask_first_key = u01(rng) < 0.2;
   if (u01(rng) < 0.15) AddRandomExplicitMask(rng, c);
   const double v = u01(rng);
-  c.params.softmax = v < 0.4   ? SoftmaxKind::kStandard
-                     : v < 0.6 ? SoftmaxKind::kSoftmax1
-                     : v < 0.8 ? SoftmaxKind::kSinkLogit
-                               : SoftmaxKind::kSigmoid;
+  c.params.softmax = v < 0.35   ? SoftmaxKind::kStandard
+                     : v < 0.5  ? SoftmaxKind::kSoftmax1
+                     : v < 0.65 ? SoftmaxKind::kSinkLogit
+                     : v < 0.8  ? SoftmaxKind::kSigmoid
+                                : SoftmaxKind::kSoftpick;
   // Occasionally huge logits to stress the running max: s ~ logit_scale * N(0, 1), so |s| ~ 1e4.
   const double r = u01(rng);
   c.logit_scale = r < 0.07 ? 1e4 : r < 0.15 ? 100.0 : r < 0.3 ? 5.0 : 1.0;
@@ -242,6 +243,8 @@ namespace attnlab::testing {
 struct AttentionTruth {
   Tensor4<double> out, dq, dk, dv;
   std::vector<double> lse, d_sink;
+  // lse's magnitude per row: 1 + |lse|, plus for softpick sum_j E_j (d lse / d s_j = +-E_j).
+  std::vector<double> m_lse;
   Tensor4<double> m_out, m_dq, m_dk, m_dv;  // magnitudes
   std::vector<double> m_sink;
   double kappa = 1;
@@ -274,21 +277,39 @@ inline void ComputeTruth(const AttentionCase& c, bool with_backward, AttentionTr
   t.m_dk.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
   t.m_dv.Init(s.batch, s.heads_kv, s.len_k, s.head_dim, lay);
   t.m_sink.assign(s.heads_q, 0);
+  t.m_lse.assign(t.lse.size(), 0);
   const int64_t group = s.heads_q / s.heads_kv;
   const bool sigmoid = c.params.softmax == SoftmaxKind::kSigmoid;
+  const bool softpick = c.params.softmax == SoftmaxKind::kSoftpick;
   double max_cond = 0;
-  std::vector<double> p(s.len_k), dp(s.len_k);
+  std::vector<double> p(s.len_k), dp(s.len_k), sc(s.len_k), e(s.len_k);
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / group;
       for (int64_t i = 0; i < s.len_q; ++i) {
         double row_lse;
         internal::ReferenceRowProbs<double, double>(s, c.params, scale, sinks.data(), qd.cview(),
-                                                    kd.cview(), b, h, i, p, &row_lse);
+                                                    kd.cview(), b, h, i, p, &row_lse, &sc);
+        // Softpick: a score's fp32 error moves its term by about u kappa E_j (E_j = e^s_j / Z,
+        // which bounds P_j) and, through Z, every weight of the row by u kappa sum_j E_j. So its
+        // magnitudes use (E_j + P_j sum E) for P_j, and for the backward E_j (1 + sum E).
+        double e_sum = 0;
+        if (softpick) {
+          for (int64_t j = 0; j < s.len_k; ++j) {
+            e[j] = std::isinf(sc[j]) && sc[j] < 0 ? 0.0 : std::exp(sc[j] - row_lse);
+            e_sum += e[j];
+          }
+          for (int64_t j = 0; j < s.len_k; ++j) {
+            e[j] = e[j] + p[j] * e_sum;
+          }
+        }
+        const auto& pm = softpick ? e : p;  // the weight magnitudes
+        const int64_t row = (b * s.heads_q + h) * s.len_q + i;
+        t.m_lse[row] = 1 + std::abs(t.lse[row]) + e_sum;
         double dsum = 0, dsum_abs = 0;
         for (int64_t j = 0; j < s.len_k; ++j) {
           dp[j] = 0;
-          if (p[j] == 0) continue;
+          if (pm[j] == 0) continue;
           double cond = 0, dpa = 0;
           for (int64_t d = 0; d < s.head_dim; ++d) {
             cond += std::abs(qd.at(b, h, i, d) * kd.at(b, hk, j, d));
@@ -296,20 +317,22 @@ inline void ComputeTruth(const AttentionCase& c, bool with_backward, AttentionTr
           }
           max_cond = std::max(max_cond, scale * cond);
           dp[j] = dpa;
-          dsum += p[j] * dpa;
+          dsum += pm[j] * dpa;
         }
         dsum_abs = dsum;
         if (c.params.softmax == SoftmaxKind::kSinkLogit && !std::isinf(row_lse)) {
           t.m_sink[h] += std::exp(sinks[h] - row_lse) * dsum_abs;
         }
         for (int64_t j = 0; j < s.len_k; ++j) {
-          if (p[j] == 0) continue;
-          const double ds = sigmoid ? dp[j] * p[j] : p[j] * (dp[j] + dsum_abs);
+          if (pm[j] == 0) continue;
+          const double ds = sigmoid    ? dp[j] * p[j]
+                            : softpick ? pm[j] * (dp[j] + dsum_abs) * (1 + e_sum)
+                                       : p[j] * (dp[j] + dsum_abs);
           for (int64_t d = 0; d < s.head_dim; ++d) {
-            t.m_out.at(b, h, i, d) += p[j] * std::abs(vd.at(b, hk, j, d));
+            t.m_out.at(b, h, i, d) += pm[j] * std::abs(vd.at(b, hk, j, d));
             t.m_dq.at(b, h, i, d) += scale * ds * std::abs(kd.at(b, hk, j, d));
             t.m_dk.at(b, hk, j, d) += scale * ds * std::abs(qd.at(b, h, i, d));
-            t.m_dv.at(b, hk, j, d) += p[j] * std::abs(dod.at(b, h, i, d));
+            t.m_dv.at(b, hk, j, d) += pm[j] * std::abs(dod.at(b, h, i, d));
           }
         }
       }

@@ -145,6 +145,10 @@ Status ValidateShapeAndParams(const AttentionShape& s, const AttentionParams& p)
   if (p.softmax == SoftmaxKind::kSigmoid && !std::isfinite(p.sigmoid_bias)) {
     return Status::InvalidArgument("sigmoid bias must be finite");
   }
+  if (p.softmax == SoftmaxKind::kSoftpick && !(std::isfinite(p.softpick_eps) && p.softpick_eps > 0)) {
+    return Status::InvalidArgument("softpick eps must be finite and > 0, got " +
+                                   std::to_string(p.softpick_eps));
+  }
   return Status::Ok();
 }
 

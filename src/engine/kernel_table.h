@@ -40,6 +40,7 @@ struct FlashForwardArgs {
   FlashPlan plan;
   float qscale;  // scale * log2(e) for softmax, scale for sigmoid
   bool sigmoid;
+  bool softpick;  // kSoftpick (attention.h)
 };
 
 // ---- Flash backward (attention_flash_backward.cc states the algorithm).
@@ -65,6 +66,7 @@ struct FlashBackwardArgs {
   float scale;   // natural scale
   float qscale;  // scale * log2(e) for softmax, scale for sigmoid
   bool sigmoid;
+  bool softpick;  // kSoftpick (attention.h)
   float* dq_partial;      // [n_kchunks][B * Hkv][heads_per_pass][Lq][D] when n_kchunks > 1
   double* dsink_partial;  // [B * Hkv][group] (kSinkLogit)
 };

@@ -6,7 +6,8 @@
 //   attention: standard softmax (baseline), masking the first token as a key (the proposed
 //              "MaskedSelfAttention" mitigation), softmax1 ("off by one", Miller 2023), a learned
 //              sink logit per head (gpt-oss), sigmoid attention without normalisation (Ramapuram
-//              et al. 2024; Gu et al. 2024), a head-wise output gate (Qiu et al. 2025),
+//              et al. 2024; Gu et al. 2024), softpick (rectified, not sum-to-one; Zuhri et al.
+//              2025), a head-wise and an element-wise output gate (Qiu et al. 2025's G1),
 //              a dedicated learnable sink token (Xiao et al. 2023, section 3.3), with the BOS
 //              after it and without a BOS (StreamingLLM's exact pre-training setup);
 //   training:  positions (RoPE = baseline, learned absolute, none), weight decay (0.1 = baseline,
@@ -52,6 +53,7 @@
 #include "core/json_number.h"
 #include "diagnostics/first_token_probe.h"
 #include "diagnostics/representation_metrics.h"
+#include "engine/attention_weight.h"
 #include "experiments/experiment.h"
 #include "experiments/experiment_data.h"
 #include "experiments/experiment_report.h"
@@ -113,7 +115,11 @@ const std::vector<Variant>& Variants() {
        [](ModelConfig& c, TrainOptions&) { c.softmax = SoftmaxKind::kSinkLogit; }},
       {"sigmoid", "attention", "sigmoid (no normalisation)",
        [](ModelConfig& c, TrainOptions&) { c.softmax = SoftmaxKind::kSigmoid; }},
+      {"softpick", "attention", "softpick (rectified)",
+       [](ModelConfig& c, TrainOptions&) { c.softmax = SoftmaxKind::kSoftpick; }},
       {"output_gate", "attention", "output gate", [](ModelConfig& c, TrainOptions&) { c.output_gate = true; }},
+      {"output_gate_elementwise", "attention", "output gate, element-wise",
+       [](ModelConfig& c, TrainOptions&) { c.output_gate = true, c.gate_elementwise = true; }},
       {"sink_token", "attention", "dedicated sink token",
        [](ModelConfig& c, TrainOptions&) { c.sink_token = true; }},
       // StreamingLLM's pre-training (Xiao et al. 2023, section 3.3): the sink token is the only
@@ -181,12 +187,8 @@ class SinkObserver : public ForwardObserver {
           double s = 0;
           for (int64_t d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * k1[d];
           s *= scale;
-          if (c_.softmax == SoftmaxKind::kSigmoid) {
-            sum += 1.0 / (1.0 + std::exp(-(s + c_.effective_sigmoid_bias())));
-          } else {
-            const double lse = t.lse[(b * H + h) * T + i];
-            sum += std::isinf(lse) ? 0.0 : std::exp(s - lse);
-          }
+          sum += internal::KeyWeightFromLse(c_.softmax, s, t.lse[(b * H + h) * T + i],
+                                            c_.effective_sigmoid_bias());
         }
         alpha2_[t.layer][h] += sum / static_cast<double>(T - 1);
       }
@@ -527,11 +529,11 @@ Status AddClaims(const Measured& m, ExperimentResult& r) {
                  ", share of heads > 0.3: " + Fmt(mask->a2.rate, "%.2f") + " (baseline on token 1: max " +
                  Fmt(base->a2.max, "%.3f") + ")",
              mask->a2.rate == 0);
-  for (const char* id : {"softmax1", "sink_logit", "output_gate"}) {
+  for (const char* id : {"softmax1", "sink_logit", "output_gate", "output_gate_elementwise"}) {
     ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* run, Find(m, id));
     const char* src = std::string(id) == "softmax1"      ? "Miller 2023 (softmax1); Gu et al. 2024 (arXiv:2410.10781)"
                       : std::string(id) == "sink_logit" ? "gpt-oss (learned sink logit); Gu et al. 2024 (arXiv:2410.10781)"
-                                                        : "Qiu et al. 2025 (gated attention)";
+                                                        : "Qiu et al. 2025 (gated attention, arXiv:2505.06708)";
     r.AddClaim(std::string(run->v->label) + " removes the need for a sink on token 0", src,
                "Sink_1^0.3 = 0 (no head puts > 0.3 of its attention on token 0 on average)",
                "Sink_1^0.3 " + Fmt(run->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(run->a1.max, "%.3f") +
@@ -543,6 +545,12 @@ Status AddClaims(const Measured& m, ExperimentResult& r) {
              "Sink_1^0.3 = 0",
              "Sink_1^0.3 " + Fmt(sig->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(sig->a1.max, "%.3f"),
              RemovesSink(*sig));
+  ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* sp, Find(m, "softpick"));
+  r.AddClaim("softpick attention has no sink (0% sink rate)",
+             "Zuhri et al. 2025 (softpick, arXiv:2504.20966)", "Sink_1^0.3 = 0",
+             "Sink_1^0.3 " + Fmt(sp->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(sp->a1.max, "%.3f") +
+                 " (baseline " + Fmt(base->a1.rate, "%.2f") + ", " + Fmt(base->a1.max, "%.3f") + ")",
+             RemovesSink(*sp));
   ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* st, Find(m, "sink_token"));
   r.AddClaim("a dedicated sink token takes the sink over from the first text token",
              "Xiao et al. 2023, section 3.3",
@@ -672,7 +680,8 @@ Status AddSummary(const Measured& m, ExperimentResult& r) {
                     (kept.empty() ? std::string("none") : kept) + ". Cost against the baseline: ";
   bool first = true;
   for (const char* id :
-       {"mask_first_key", "softmax1", "sink_logit", "sigmoid", "output_gate", "sink_token", "sink_token_nobos"}) {
+       {"mask_first_key", "softmax1", "sink_logit", "sigmoid", "softpick", "output_gate",
+        "output_gate_elementwise", "sink_token", "sink_token_nobos"}) {
     ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* run, Find(m, id));
     sum += std::string(first ? "" : "; ") + run->v->label + " " + cost(*run);
     first = false;

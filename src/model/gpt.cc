@@ -298,7 +298,7 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   v.qk_rstd = slice(a.qk_rstd, N * (H + c.kv_heads()));
   v.att = slice(a.att, N * A);
   v.lse = slice(a.lse, N * H);
-  v.gate = slice(a.gate, N * H);
+  v.gate = slice(a.gate, N * c.gate_dim());
   v.attg = slice(a.attg, N * A);
   v.o = slice(a.o, N * C);
   v.h = slice(a.h, N * F1), v.gelu = slice(a.gelu, N * F);
@@ -348,7 +348,7 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.qk_rstd.Resize(c.qk_norm ? layers * N * Hqk : 0);
   a.att.Resize(layers * N * A);
   a.lse.Resize(layers * N * H);
-  a.gate.Resize(c.output_gate ? layers * N * H : 0);
+  a.gate.Resize(layers * N * c.gate_dim());
   a.attg.Resize(c.output_gate ? layers * N * A : 0);
   a.o.Resize(layers * N * C);
   a.h.Resize(c.mlp ? layers * N * F1 : 0);
@@ -372,7 +372,7 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   d.ln2.Resize(pre && c.mlp ? N * C : 0);
   d.sum1.Resize(post ? N * C : 0);
   d.att.Resize(c.output_gate ? N * A : 0);
-  d.gate.Resize(c.output_gate ? N * H : 0);
+  d.gate.Resize(N * c.gate_dim());
   d.qkv.Resize(N * Q);
   d.sink.Resize(H);
 }
@@ -550,14 +550,19 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
 
   const float* attg = a.att;
   if (c.output_gate) {
-    // g[n, h] = sigmoid(a_in W_g + b_g); attg[n, h, :] = g[n, h] * att[n, h, :].
+    // g = sigmoid(a_in W_g + b_g), [N, G]: headwise (G = H) attg[n, h, :] = g[n, h] att[n, h, :];
+    // elementwise (G = A) attg[n, i] = g[n, i] att[n, i].
     float* g = a.gate;
-    LinearForward(N, C, H, a_in, lp.gate_w, lp.gate_b, g, &tp);
+    const int64_t G = c.gate_dim();
+    LinearForward(N, C, G, a_in, lp.gate_w, lp.gate_b, g, &tp);
+    const int64_t per_gate = A / G;  // hd headwise, 1 elementwise
     tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t h = 0; h < H; ++h) {
-        float& gv = g[n * H + h];
+      for (int64_t e = 0; e < G; ++e) {
+        float& gv = g[n * G + e];
         gv = 1.0f / (1.0f + std::exp(-gv));
-        for (int64_t d = 0; d < hd; ++d) a.attg[n * A + h * hd + d] = gv * a.att[n * A + h * hd + d];
+        for (int64_t d = e * per_gate; d < (e + 1) * per_gate; ++d) {
+          a.attg[n * A + d] = gv * a.att[n * A + d];
+        }
       }
     });
     attg = a.attg;
@@ -579,6 +584,7 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
   seen->k_all = k_all, seen->v_all = v_all;
   seen->attn_out = a.att, seen->lse = a.lse;
+  seen->gate = c.output_gate ? a.gate : nullptr;
   return Status::Ok();
 }
 
@@ -931,23 +937,24 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
   ZeroFill(d.attn_in, N * C);
   float* d_att = d_attg;  // without a gate, attg is att
   if (c.output_gate) {
-    // attg = g * att, g = sigmoid(z), z = a_in W_g + b_g:
-    // d_att = g * d_attg; dz = (sum_d d_attg * att) g (1 - g).
+    // attg = g * att, g = sigmoid(z), z = a_in W_g + b_g, each gate e covering the channels
+    // [e * per_gate, (e + 1) * per_gate) (a head's hd headwise, one elementwise):
+    // d_att = g * d_attg; dz_e = (sum over its channels of d_attg * att) g (1 - g).
     d_att = d.att.data();
     float* dz = d.gate.data();
+    const int64_t G = c.gate_dim(), per_gate = A / G;
     tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float gv = a.gate[n * H + h];
+      for (int64_t e = 0; e < G; ++e) {
+        const float gv = a.gate[n * G + e];
         float dg = 0;
-        for (int64_t e = 0; e < hd; ++e) {
-          const int64_t i = n * A + h * hd + e;
+        for (int64_t i = n * A + e * per_gate; i < n * A + (e + 1) * per_gate; ++i) {
           dg += d_attg[i] * a.att[i];
           d_att[i] = gv * d_attg[i];
         }
-        dz[n * H + h] = dg * gv * (1.0f - gv);
+        dz[n * G + e] = dg * gv * (1.0f - gv);
       }
     });
-    LinearBackward(N, C, H, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
+    LinearBackward(N, C, G, a_in, lp.gate_w, dz, d_ain, lg.gate_w, lg.gate_b, &tp);
   }
   if (aux && aux->attention) AddScaled(N, A, aux->attention + l * N * A, grad_scale, d_att, tp);
   // Attention core: dq, dk, dv into d.qkv (the interleaved layout of qkv).

@@ -42,6 +42,8 @@ struct LayerTensors {
   const float* attn_out = nullptr;        // [N, A] per-head attention outputs (before the gate),
                                           // A = attn_dim() = H * hd (= C unless head_size)
   const float* lse = nullptr;             // [B, H, Tm] row log-sum-exp (see attention.h)
+  const float* gate = nullptr;            // [N, G] the output gate's sigmoid (G = gate_dim():
+                                          // H headwise, A elementwise); null without a gate
   const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
   const AttentionParams* attention = nullptr;  // the mask and softmax the layer used
 };
@@ -148,7 +150,7 @@ class Gpt {
     float* qk_rstd;     // [N, H + Hkv] their RMSNorm statistics
     float* att;         // [N, A] per-head attention output
     float* lse;         // [B, H, Tm]
-    float* gate;        // [N, H] output gate sigmoid
+    float* gate;        // [N, G] output gate sigmoid (G = gate_dim())
     float* attg;        // [N, A] gated attention output
     float* o;           // [N, C] attention projection output
     float *h, *gelu;    // [N, F1] (F1 = fc_dim(): 2F with SwiGLU), [N, F] the activation
@@ -233,7 +235,7 @@ class Gpt {
     AlignedBuffer<float> qk_rstd;    // [L, N, H + Hkv] (qk_norm)
     AlignedBuffer<float> att;        // [L, N, A]
     AlignedBuffer<float> lse;        // [L, B, H, Tm]
-    AlignedBuffer<float> gate;       // [L, N, H] sigmoid outputs
+    AlignedBuffer<float> gate;       // [L, N, G] sigmoid outputs (G = gate_dim())
     AlignedBuffer<float> attg;       // [L, N, A] gated attention output
     AlignedBuffer<float> o;          // [L, N, C] attention projection output
     AlignedBuffer<float> h, gelu;    // [L, N, F1], [L, N, F]
@@ -269,7 +271,7 @@ class Gpt {
     AlignedBuffer<float> parallel;  // [N, C] the MLP branch's dL/dx (parallel residual only)
     AlignedBuffer<float> att;       // [N, A] the attention output before the gate (gate only;
                                     // without a gate attg is att and d attg serves)
-    AlignedBuffer<float> gate;      // [N, H] the gate's pre-sigmoid logits
+    AlignedBuffer<float> gate;      // [N, G] the gate's pre-sigmoid logits
     AlignedBuffer<float> qkv;       // [N, Q] q | k | v (q and k after RoPE)
     AlignedBuffer<float> attn_in;   // [N, C] the attention sublayer's input (LN1(x) or x)
     AlignedBuffer<float> sink;      // [H] the layer's sink logits (softmax sink_logit)

@@ -39,7 +39,8 @@ constexpr EnumNames<ResidualScale> kResidualNames[] = {{ResidualScale::kOne, "on
 constexpr EnumNames<SoftmaxKind> kSoftmaxNames[] = {{SoftmaxKind::kStandard, "standard"},
                                                     {SoftmaxKind::kSoftmax1, "softmax1"},
                                                     {SoftmaxKind::kSinkLogit, "sink_logit"},
-                                                    {SoftmaxKind::kSigmoid, "sigmoid"}};
+                                                    {SoftmaxKind::kSigmoid, "sigmoid"},
+                                                    {SoftmaxKind::kSoftpick, "softpick"}};
 
 constexpr EnumNames<MlpActivation> kMlpActivationNames[] = {
     {MlpActivation::kGeluTanh, "gelu_tanh"},
@@ -138,6 +139,11 @@ Status ValidateAttentionType(const ModelConfig& c) {
     return Status::InvalidArgument(
         "attention_global (global tokens) needs attention_type = sparse (a window plus global "
         "tokens)");
+  }
+  if (c.gate_elementwise && !c.output_gate) {
+    return Status::InvalidArgument(
+        "gate_elementwise chooses one gate per channel for the output gate: it needs "
+        "output_gate = true");
   }
   if (c.attention_type == AttentionType::kSparse) {
     if (c.attention_window < 0) {
@@ -324,6 +330,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["softmax"] = NameOf(kSoftmaxNames, c.softmax);
   j["sigmoid_bias"] = c.sigmoid_bias;
   j["output_gate"] = c.output_gate;
+  j["gate_elementwise"] = c.gate_elementwise;
   j["mask_first_key"] = c.mask_first_key;
   j["qk_norm"] = c.qk_norm;
   j["sink_token"] = c.sink_token;
@@ -381,6 +388,7 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "softmax") st = ParseEnum(kSoftmaxNames, v, key, &c.softmax);
     else if (k == "sigmoid_bias") st = ParseFloat(v, key, &c.sigmoid_bias);
     else if (k == "output_gate") st = ParseBool(v, key, &c.output_gate);
+    else if (k == "gate_elementwise") st = ParseBool(v, key, &c.gate_elementwise);
     else if (k == "mask_first_key") st = ParseBool(v, key, &c.mask_first_key);
     else if (k == "qk_norm") st = ParseBool(v, key, &c.qk_norm);
     else if (k == "sink_token") st = ParseBool(v, key, &c.sink_token);

@@ -50,8 +50,8 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
     add(h + "attn.proj.weight", {A, C}, true, ParamInit::kNormalResidual);
     if (c.has_proj_bias()) add(h + "attn.proj.bias", {C}, false, ParamInit::kZeros);
     if (c.output_gate) {
-      add(h + "attn.gate.weight", {C, H}, true, ParamInit::kNormal);
-      add(h + "attn.gate.bias", {H}, false, ParamInit::kZeros);
+      add(h + "attn.gate.weight", {C, c.gate_dim()}, true, ParamInit::kNormal);
+      add(h + "attn.gate.bias", {c.gate_dim()}, false, ParamInit::kZeros);
     }
     if (c.softmax == SoftmaxKind::kSinkLogit) add(h + "attn.sink", {H}, false, ParamInit::kZeros);
     if (c.mlp) {

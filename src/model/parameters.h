@@ -14,7 +14,8 @@
 //   h.{l}.attn.q_norm [hd], h.{l}.attn.k_norm [hd]    qk_norm only
 //   h.{l}.attn.proj.weight [A, C], .bias [C]          A = attn_dim() = H * head_dim
 //                                                     (bias: bias or proj_bias)
-//   h.{l}.attn.gate.weight [C, H], .bias [H]         output gate only
+//   h.{l}.attn.gate.weight [C, G], .bias [G]         output gate only; G = gate_dim(): H
+//                                                     headwise, H * hd elementwise
 //   h.{l}.attn.sink [H]                               softmax == sink_logit only
 //   h.{l}.ln2.weight [C], h.{l}.ln2.bias [C]          mlp and norm != none
 //   h.{l}.mlp.fc.weight [C, F1], .bias [F1]           mlp only; F1 = 2F for SwiGLU (gate | up)
