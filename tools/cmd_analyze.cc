@@ -152,7 +152,8 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   report::CsvWriter heads({"layer", "head", "alpha_1", "first_mass_1", "last_key0", "uniform_last",
                            "entropy", "distance", "sink_mass", "previous_token", "induction",
                            "duplicate_token", "key_norm_ratio", "cos_q_key0", "sink_key",
-                           "sink_key_excess", "gate_mean", "gate_std", "gate_share_closed"});
+                           "sink_key_excess", "gate_mean", "gate_std", "gate_share_closed",
+                           "dormant_share", "output_norm_ratio"});
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
       const AttentionHeadStats& s = r.layers[l].attention.heads[h];
@@ -160,24 +161,35 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
       auto d = [&](int i) { return pat.empty() ? NAN : pat[h].diagonal[i]; };
       const auto& gates = r.layers[l].gate;  // empty without an output gate: NaN columns
       auto gate = [&](double GateHeadStats::*f) { return gates.empty() ? NAN : gates[h].*f; };
+      const auto& acts = r.layers[l].extreme.heads;  // empty when no window had 2 tokens
+      auto act = [&](double HeadActivityStats::*f) { return acts.empty() ? NAN : acts[h].*f; };
       heads.AddNumericRow({double(l), double(h), s.alpha.empty() ? NAN : s.alpha[0],
                            s.first_mass.empty() ? NAN : s.first_mass[0], s.last_key0,
                            s.last_visible ? 1.0 / s.last_visible : NAN, s.entropy, s.distance,
                            s.sink_mass, d(0), d(2), d(1), r.layers[l].geometry[h].key_norm_ratio,
                            r.layers[l].geometry[h].cos_key0, double(r.sink_key[l][h]),
                            r.sink_key_excess[l][h], gate(&GateHeadStats::mean),
-                           gate(&GateHeadStats::std), gate(&GateHeadStats::share_closed)});
+                           gate(&GateHeadStats::std), gate(&GateHeadStats::share_closed),
+                           act(&HeadActivityStats::dormant_share),
+                           act(&HeadActivityStats::output_norm_ratio)});
     }
   }
   Check(heads.WriteTo(o.out + "/heads.csv"));
   report::CsvWriter layers({"depth", "relative_residual", "mean_cosine", "mad", "dirichlet_relative",
-                            "effective_rank", "massive_ratio"});
-  auto add_depth = [&](int64_t d, const StreamMetrics& s) {
+                            "effective_rank", "massive_ratio", "residual_peak_ratio",
+                            "value_drain_mean"});
+  auto add_depth = [&](int64_t d, const StreamMetrics& s, const ExtremeTokens* x) {
+    double drain = NAN;
+    if (x && x->windows > 0) {
+      drain = 0;
+      for (double v : x->value_drain) drain += v / static_cast<double>(x->value_drain.size());
+    }
     layers.AddNumericRow({double(d), s.relative_residual, s.mean_cosine, s.mad,
-                          s.dirichlet_relative, s.erank, s.massive.ratio});
+                          s.dirichlet_relative, s.erank, s.massive.ratio,
+                          x && x->windows > 0 ? x->residual_peak.ratio : NAN, drain});
   };
-  add_depth(0, r.embedding);
-  for (int64_t l = 0; l < L; ++l) add_depth(l + 1, r.layers[l].output);
+  add_depth(0, r.embedding, nullptr);
+  for (int64_t l = 0; l < L; ++l) add_depth(l + 1, r.layers[l].output, &r.layers[l].extreme);
   Check(layers.WriteTo(o.out + "/layers.csv"));
 
   // The answer at a glance (the verdict's wording lives with its rule, in analysis.cc).
@@ -250,6 +262,32 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
     html.AddTable({"layer", "head", "alpha_1", "excess over uniform", "last query on token 0", "entropy",
                    "|k_0| / mean |k|", "cos(q, k_0)", "cos(q, other keys)"},
                   rows, "The ten heads that attend most to token 0.");
+  }
+  if (!r.layers.empty() && r.layers[0].extreme.windows > 0) {
+    html.AddParagraph(
+        "Extreme tokens (Guo et al. 2024, active-dormant heads): a head is dormant on a window when "
+        "its mean weight on token 0 exceeds eps = " + Fmt(ao.sink_eps, "%.2f") + " and its output "
+        "norm is below half the layer's mean head output norm, i.e. it parks its attention on the "
+        "sink and adds almost nothing. The sink token's value vectors are typically small (value "
+        "drain: |v_0| / mean |v_t|) and its residual stream large (residual peak: |h_0| / mean "
+        "|h_t|); both per layer in layers.csv, per kv head in report.json.");
+    html.AddFigure(report::RenderHeatmap(HeadMap(r, "Dormant heads: share of windows", "share",
+                                                 [](const LayerAnalysis& la, int64_t h) {
+                                                   return la.extreme.heads.empty()
+                                                              ? NAN
+                                                              : la.extreme.heads[h].dormant_share;
+                                                 })),
+                   "Layer x head: share of windows on which the head is dormant.", "fig-dormant");
+    std::vector<std::vector<std::string>> rows;
+    for (int64_t l = 0; l < L; ++l) {
+      const ExtremeTokens& x = r.layers[l].extreme;
+      double drain_min = INFINITY, drain_max = -INFINITY;
+      for (double v : x.value_drain) drain_min = std::min(drain_min, v), drain_max = std::max(drain_max, v);
+      rows.push_back({std::to_string(l), Fmt(x.residual_peak.norm0), Fmt(x.residual_peak.mean_other),
+                      Fmt(x.residual_peak.ratio), Fmt(drain_min) + " - " + Fmt(drain_max)});
+    }
+    html.AddTable({"layer", "|h_0|", "mean |h_t|, t >= 1", "residual peak", "value drain (kv heads)"},
+                  rows, "Token 0's residual norm and value norm against the other tokens', per layer.");
   }
   if (r.config.output_gate) {
     html.AddParagraph(

@@ -12,6 +12,7 @@
 #include "attnlab/attention.h"
 #include "core/json_number.h"
 #include "cache/kv_cache.h"
+#include "engine/attention_explicit.h"
 
 namespace attnlab {
 
@@ -37,6 +38,7 @@ class WindowObserver : public ForwardObserver {
       q_[l].reserve(window_len * A);
     }
     k_all_.resize(L);
+    v_all_.resize(L);
     len_k_.assign(L, 0);
     params_.resize(L);
     sinks_.resize(L);
@@ -48,6 +50,7 @@ class WindowObserver : public ForwardObserver {
     if (stats_) status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
     if (status_.ok() && gates_ && t.gate) status_ = (*gates_)[t.layer].Add(t.gate, t.len);
     k_all_[t.layer] = t.k_all;
+    v_all_[t.layer] = t.v_all;
     len_k_[t.layer] = t.len_k;
     params_[t.layer] = *t.attention;
     if (!t.attention->sink_logits.empty()) {
@@ -72,7 +75,7 @@ class WindowObserver : public ForwardObserver {
   int64_t l0_, l1_;
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
-  std::vector<AttentionTensor> k_all_;
+  std::vector<AttentionTensor> k_all_, v_all_;
   std::vector<int64_t> len_k_;
   std::vector<AttentionParams> params_;
   std::vector<std::vector<float>> sinks_;
@@ -117,6 +120,45 @@ void DivideStream(StreamMetrics& acc, double n) {
 
 // Representation metrics, head geometry and requested maps of layers [l0, l1) of window w from
 // one pass's observer (and the embedding stream's when l0 == 0), added into *r.
+// Layer l's extreme-token numbers on one window of T >= 2 tokens, added to `acc` (divided by
+// acc->windows at the end): the residual peak of its output stream, the value drain of each kv
+// head, and each head's activity, whose P[i, 0] comes from the engine's streamed row statistics
+// (a score GEMM per head, no T x T map).
+Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const WindowObserver& obs,
+                        int64_t l, int64_t T, ExtremeTokens* acc) {
+  const int64_t H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim(), C = c.d_model;
+  if (acc->windows == 0) {
+    acc->value_drain.assign(Hkv, 0.0);
+    acc->heads.assign(H, HeadActivityStats{});
+  }
+  ++acc->windows;
+  ATTNLAB_ASSIGN_OR_RETURN(const TokenZeroNorm peak,
+                           ComputeTokenZeroNorm(MakeTokenMatrix(obs.res_[l].data(), T, C)));
+  acc->residual_peak.norm0 += peak.norm0;
+  acc->residual_peak.mean_other += peak.mean_other;
+  acc->residual_peak.ratio += peak.ratio;
+  const AttentionTensor& v = obs.v_all_[l];
+  for (int64_t hk = 0; hk < Hkv; ++hk) {
+    ATTNLAB_ASSIGN_OR_RETURN(const TokenZeroNorm drain,
+                             ComputeTokenZeroNorm(TokenMatrix{v.at(0, hk, 0), obs.len_k_[l], hd,
+                                                              v.stride_token}));
+    acc->value_drain[hk] += drain.ratio;
+  }
+  const AttentionShape shape{1, H, Hkv, T, obs.len_k_[l], hd};
+  std::vector<float> first(H * T);
+  ATTNLAB_RETURN_IF_ERROR(AttentionRowStats(
+      shape, obs.params_[l], TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd),
+      obs.k_all_[l], {}, first, {}));
+  ATTNLAB_ASSIGN_OR_RETURN(
+      const std::vector<HeadActivity> act,
+      ClassifyHeadActivity(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H, first, o.sink_eps));
+  for (int64_t h = 0; h < H; ++h) {
+    acc->heads[h].dormant_share += act[h].dormant ? 1.0 : 0.0;
+    acc->heads[h].output_norm_ratio += act[h].output_norm_ratio;
+  }
+  return Status::Ok();
+}
+
 Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
                     const RepresentationMetricsOptions& ro, const WindowObserver& obs, int64_t l0,
                     int64_t l1, int64_t T, int64_t w, AnalysisResult* out) {
@@ -137,6 +179,7 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
                                ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H));
       for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
     }
+    if (T >= 2) ATTNLAB_RETURN_IF_ERROR(AddExtremeTokens(c, o, obs, l, T, &la.extreme));
     for (int64_t h = 0; h < H; ++h) {
       const AttentionTensor& k = obs.k_all_[l];
       TokenMatrix qm = MakeTokenMatrix(obs.q_[l].data() + h * hd, T, hd, H * hd);
@@ -274,6 +317,13 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       g.key_norm_ratio /= n_windows, g.cos_key0 /= n_windows, g.cos_key_other /= n_windows;
     }
     la.attention = stats[l].Finish();
+    ExtremeTokens& x = la.extreme;
+    if (x.windows > 0) {
+      const double n = static_cast<double>(x.windows);
+      x.residual_peak.norm0 /= n, x.residual_peak.mean_other /= n, x.residual_peak.ratio /= n;
+      for (double& d : x.value_drain) d /= n;
+      for (HeadActivityStats& h : x.heads) h.dormant_share /= n, h.output_norm_ratio /= n;
+    }
     if (c.output_gate) la.gate = gates[l].Finish();
   }
 
@@ -506,6 +556,15 @@ nlohmann::json SinkKeysJson(const AnalysisResult& r, const AnalysisOptions& o) {
 
 }  // namespace
 
+static nlohmann::json ExtremeJson(const ExtremeTokens& x) {
+  if (x.windows == 0) return nullptr;
+  return {{"windows", x.windows},
+          {"residual_peak", {{"norm0", JsonNumber(x.residual_peak.norm0)},
+                             {"mean_other", JsonNumber(x.residual_peak.mean_other)},
+                             {"ratio", JsonNumber(x.residual_peak.ratio)}}},
+          {"value_drain", Vec(x.value_drain)}};
+}
+
 nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o) {
   const ModelConfig& c = r.config;
   nlohmann::json layers = nlohmann::json::array();
@@ -530,6 +589,10 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                           {"key_norm_ratio", JsonNumber(la.geometry[h].key_norm_ratio)},
                           {"cos_q_key0", JsonNumber(la.geometry[h].cos_key0)},
                           {"cos_q_other_keys", JsonNumber(la.geometry[h].cos_key_other)}};
+      if (!la.extreme.heads.empty()) {
+        head["dormant_share"] = JsonNumber(la.extreme.heads[h].dormant_share);
+        head["output_norm_ratio"] = JsonNumber(la.extreme.heads[h].output_norm_ratio);
+      }
       if (!la.gate.empty()) {
         const GateHeadStats& g = la.gate[h];
         head["gate"] = {{"mean", JsonNumber(g.mean)}, {"std", JsonNumber(g.std)},
@@ -548,6 +611,7 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                       {"jsd", Vec(la.attention.jsd)},
                       {"jsd_sample_rows", la.attention.jsd_sample_rows},
                       {"head_cka", Vec(la.head_cka)},
+                      {"extreme_tokens", ExtremeJson(la.extreme)},
                       {"output", StreamJson(la.output)}});
   }
   nlohmann::json sink_heads = nlohmann::json::array();

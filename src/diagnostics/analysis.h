@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "diagnostics/attention_stats.h"
+#include "diagnostics/extreme_tokens.h"
 #include "diagnostics/gate_stats.h"
 #include "diagnostics/representation_metrics.h"
 #include "model/gpt.h"
@@ -63,6 +64,18 @@ struct HeadGeometry {  // averaged over windows
   double key_norm_ratio = 0, cos_key0 = 0, cos_key_other = 0;
 };
 
+// Extreme-token phenomena (extreme_tokens.h; Guo et al. 2024), over the windows of >= 2 tokens.
+struct HeadActivityStats {
+  double dormant_share = 0;      // share of windows on which the head is dormant
+  double output_norm_ratio = 0;  // mean over windows of HeadActivity::output_norm_ratio
+};
+struct ExtremeTokens {
+  int64_t windows = 0;                    // windows of >= 2 tokens (the means' denominator)
+  TokenZeroNorm residual_peak;            // the layer's output stream: means of each field
+  std::vector<double> value_drain;        // [Hkv] mean |v_0| / mean |v_t|, t >= 1
+  std::vector<HeadActivityStats> heads;   // [H]
+};
+
 struct LayerAnalysis {
   AttentionLayerStats attention;     // streamed over every query row
   AttentionLayerStats patterns;      // on the repeated random sequences (diagonal scores)
@@ -70,6 +83,7 @@ struct LayerAnalysis {
   std::vector<double> head_cka;      // [H * H] linear CKA between head outputs (window mean)
   std::vector<HeadGeometry> geometry;  // [H]
   std::vector<GateHeadStats> gate;     // [H] the output gate's values; empty without a gate
+  ExtremeTokens extreme;
 };
 
 struct AttentionMap {

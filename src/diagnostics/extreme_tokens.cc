@@ -1,0 +1,66 @@
+#include "diagnostics/extreme_tokens.h"
+
+#include <cmath>
+#include <string>
+
+namespace attnlab {
+namespace {
+
+double RowNorm(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t c = 0; c < n; ++c) s += static_cast<double>(x[c]) * x[c];
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+Result<TokenZeroNorm> ComputeTokenZeroNorm(const TokenMatrix& x) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x, "token-0 norm input"));
+  if (x.rows < 2) {
+    return Status::InvalidArgument("token-0 norm: needs at least 2 tokens, got " +
+                                   std::to_string(x.rows));
+  }
+  TokenZeroNorm r;
+  r.norm0 = RowNorm(x.row(0), x.cols);
+  double sum = 0;
+  for (int64_t t = 1; t < x.rows; ++t) sum += RowNorm(x.row(t), x.cols);
+  r.mean_other = sum / static_cast<double>(x.rows - 1);
+  r.ratio = r.mean_other > 0 ? r.norm0 / r.mean_other : std::nan("");
+  return r;
+}
+
+Result<std::vector<HeadActivity>> ClassifyHeadActivity(const TokenMatrix& att, int64_t heads,
+                                                       std::span<const float> first, double eps) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(att, "head outputs"));
+  if (heads < 1 || att.cols % heads != 0) {
+    return Status::InvalidArgument("head activity: " + std::to_string(att.cols) +
+                                   " output columns do not split into " + std::to_string(heads) +
+                                   " heads");
+  }
+  if (static_cast<int64_t>(first.size()) != heads * att.rows) {
+    return Status::InvalidArgument("head activity: expected " + std::to_string(heads * att.rows) +
+                                   " key-0 weights (heads x rows), got " +
+                                   std::to_string(first.size()));
+  }
+  const int64_t T = att.rows, hd = att.cols / heads;
+  std::vector<HeadActivity> out(heads);
+  double all = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    double a = 0, norm = 0;
+    for (int64_t i = 0; i < T; ++i) {
+      a += first[h * T + i];
+      norm += RowNorm(att.row(i) + h * hd, hd);
+    }
+    out[h].alpha_1 = a / static_cast<double>(T);
+    out[h].output_norm_ratio = norm / static_cast<double>(T);  // the mean norm, for now
+    all += out[h].output_norm_ratio;
+  }
+  const double mean_all = all / static_cast<double>(heads);
+  for (HeadActivity& x : out) {
+    x.output_norm_ratio = mean_all > 0 ? x.output_norm_ratio / mean_all : std::nan("");
+    x.dormant = x.alpha_1 > eps && x.output_norm_ratio < kDormantOutputRatio;
+  }
+  return out;
+}
+
+}  // namespace attnlab

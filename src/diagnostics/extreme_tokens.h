@@ -1,0 +1,45 @@
+// Extreme-token phenomena beside the attention sink (Guo et al. 2024, "Active-Dormant Attention
+// Heads: Mechanistically Demystifying Extreme-Token Phenomena in LLMs", arXiv:2410.13835):
+//   value-state drain   the sink token's value vectors are small (ratio << 1)
+//   residual-state peak the sink token's residual stream is large (ratio >> 1)
+//   active / dormant    on a given input, a head is dormant when it parks its attention on the
+//                       sink and, the sink's value being small, outputs almost nothing
+// docs/METRICS.md defines each number and its reading.
+#ifndef ATTNLAB_DIAGNOSTICS_EXTREME_TOKENS_H_
+#define ATTNLAB_DIAGNOSTICS_EXTREME_TOKENS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "attnlab/status.h"
+#include "diagnostics/representation_metrics.h"
+
+namespace attnlab {
+
+// Token 0's norm against the others': norm0 = |x_0|, mean_other = mean_{t >= 1} |x_t|,
+// ratio = norm0 / mean_other. Needs T >= 2 rows (else InvalidArgument); ratio is NaN when every
+// other row is 0. On a kv head's values it measures the drain, on a residual stream the peak.
+struct TokenZeroNorm {
+  double norm0 = 0, mean_other = 0, ratio = 0;
+};
+Result<TokenZeroNorm> ComputeTokenZeroNorm(const TokenMatrix& x);
+
+// One head on one input (a window).
+struct HeadActivity {
+  double alpha_1 = 0;            // mean over the rows of the head's weight on key 0
+  double output_norm_ratio = 0;  // mean_i |o_{h,i}| / (mean over heads of the same); NaN when
+                                 // every head outputs 0
+  bool dormant = false;          // alpha_1 > eps and output_norm_ratio < kDormantOutputRatio
+};
+inline constexpr double kDormantOutputRatio = 0.5;
+
+// att: [T, heads * hd] the heads' outputs (before any output gate), head h in columns
+// [h hd, (h + 1) hd); first: [heads * T], first[h * T + i] = P[i, 0] of head h (row i); eps: the
+// sink threshold (Gu et al.'s, 0.3 by default). InvalidArgument on inconsistent sizes.
+Result<std::vector<HeadActivity>> ClassifyHeadActivity(const TokenMatrix& att, int64_t heads,
+                                                       std::span<const float> first, double eps);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_DIAGNOSTICS_EXTREME_TOKENS_H_
