@@ -479,6 +479,36 @@ def heads(cli, d):
           f"{len(rep['checks'])} checks, {d20:+.4f} / {d40:+.4f} nats at 20% / 40% pruned")
 
 
+def interventions(cli, d):
+    """`experiment interventions --quick`: BOS removal and massive-activation ablation; every
+    verdict recomputed from report.json, and the ablated entries are really the massive ones."""
+    out = os.path.join(d, "interventions")
+    p = run(cli, ["experiment", "interventions", "--quick", "--seed", "1", "--out", out,
+                  "--threads", "2"])
+    check("[interventions]" in p.stderr, "interventions: no progress lines on stderr")
+    rep, html = load_report(out, "interventions")
+    res = rep["results"]
+    check(rep["passed"], f"interventions: a check failed {rep['checks']}")
+    loss, zero, mean = res["loss"], res["loss_zero_ablation"], res["loss_mean_ablation"]
+    check(all(isinstance(x, float) and math.isfinite(x) for x in (loss, zero, mean)),
+          "interventions: non-finite losses")
+    mas = res["massive"]
+    check(mas["entries"] > 0 and 0 <= mas["entries_at_position_0"] <= mas["entries"],
+          f"interventions: bad massive entries {mas}")
+    check(0 <= mas["layer"] < 64 and mas["ratio_to_layer_mean"] > 1, f"interventions: {mas}")
+    claims = {c["name"]: c["holds"] for c in rep["claims"]}
+    dz, dm = zero - loss, mean - loss
+    rules = {"zeroing the massive activation breaks the model; its mean does not":
+             dz >= 0.1 and abs(dm) <= 0.1 * dz}
+    if res["bos"] >= 0:
+        rules["removing the BOS at inference hurts a model trained with it"] = \
+            res["loss_without_bos"] > loss
+    check(claims == rules, f"interventions: claims {claims} disagree with the numbers {rules}")
+    check("BOS removed" in html or res["bos"] < 0, "interventions: report.html lacks the BOS row")
+    print(f"ok: interventions --quick ({rep['seconds']:.1f} s): no BOS "
+          f"{(res['loss_without_bos'] or loss) - loss:+.4f}, zero {dz:+.4f}, mean {dm:+.4f}")
+
+
 def bad_inputs(cli, d):
     run(cli, ["experiment", "no-such-experiment", "--quick", "--out", os.path.join(d, "x")],
         expect_ok=False, needle="no-such-experiment")
@@ -500,6 +530,7 @@ def main():
         collapse_training(cli, d)
         sinks(cli, d)
         heads(cli, d)
+        interventions(cli, d)
         sinks_and_collapse(cli, d)
     print("all experiment checks passed")
 

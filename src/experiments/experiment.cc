@@ -22,6 +22,7 @@ const std::vector<Experiment>& AllExperiments() {
       CollapseTrainingExperiment(),
       SinksExperiment(),
       HeadsExperiment(),
+      InterventionsExperiment(),
       SinksCollapseExperiment(),
       ScalingExperiment(),
       RecallExperiment(),

@@ -87,6 +87,7 @@ Experiment CollapseDepthExperiment();     // collapse_depth.cc
 Experiment CollapseTrainingExperiment();  // collapse_training.cc
 Experiment SinksExperiment();  // sinks.cc
 Experiment HeadsExperiment();  // heads.cc
+Experiment InterventionsExperiment();  // interventions.cc
 Experiment SinksCollapseExperiment();  // sinks_collapse.cc
 Experiment ScalingExperiment();        // scaling.cc
 Experiment RecallExperiment();         // recall.cc
