@@ -84,7 +84,7 @@ void SoftmaxGradTile(internal::FlashBackwardBuffers& w) {
 // dS^T = E (dP^T - D) where s > 0, E D where s < 0, 0 at s = 0; in place. Masked (-inf)
 // entries and padding rows (lse2 = +inf) give E = 0, so P = dS = 0.
 void SoftpickGradTile(internal::FlashBackwardBuffers& w) {
-  const VecF zero = simd::Zero();
+  const VecF zero = simd::Zero(), half = simd::Set1(0.5f);
   for (int64_t j = 0; j < kBlockK; ++j) {
     float* srow = w.st.data() + j * kRowsB;
     float* drow = w.dpt.data() + j * kRowsB;
@@ -93,7 +93,10 @@ void SoftpickGradTile(internal::FlashBackwardBuffers& w) {
       const VecF dd = simd::Load(w.dd.data() + i);
       VecF e = simd::Exp2(x - lse2);
       e = (x - lse2) == (x - lse2) ? e : x - lse2;  // NaN sticks (the engine's Exp2 drops it)
-      simd::Store(srow + i, simd::Max(e - simd::Exp2(zero - lse2), zero));
+      // P = 2^-lse2 (2^x - 1): near x = 0 without the cancellation of E - 2^-lse2.
+      const VecF off = simd::Exp2(zero - lse2), ax = simd::Max(x, zero - x);
+      const VecF p = ax <= half ? off * simd::Exp2m1Small(x) : e - off;
+      simd::Store(srow + i, simd::Max(p, zero));
       const VecF pos = e * (simd::Load(drow + i) - dd), neg = e * dd;
       simd::Store(drow + i, x > zero ? pos : (x < zero ? neg : zero));
     }

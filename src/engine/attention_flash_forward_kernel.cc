@@ -61,7 +61,7 @@ inline void OnlineSoftmaxTile(int64_t nk, int64_t width, float* st, float* m, fl
 // and Oacc by 2^(M_old - M) exactly as softmax's max does (e^-M (e^x - 1) scales the same way).
 // Masked (-inf) entries add nothing.
 inline void SoftpickTile(int64_t nk, int64_t width, float* st, float* m, float* l, float* alpha) {
-  const VecF ninf = simd::Set1(kNegInf), zero = simd::Zero();
+  const VecF ninf = simd::Set1(kNegInf), zero = simd::Zero(), half = simd::Set1(0.5f);
   for (int64_t r = 0; r < width; r += kL) {
     const VecF m_old = simd::Load(m + r);
     VecF mx = m_old;
@@ -72,7 +72,9 @@ inline void SoftpickTile(int64_t nk, int64_t width, float* st, float* m, float* 
     for (int64_t j = 0; j < nk; ++j) {
       float* p = st + j * kSubRows + r;
       const VecF x = simd::Load(p);
-      VecF t = simd::Exp2(x - base) - off;
+      // r = 2^-M (2^x - 1) near x = 0 (no cancellation), 2^(x - M) - 2^-M elsewhere.
+      const VecF ax = simd::Max(x, zero - x);
+      VecF t = ax <= half ? off * simd::Exp2m1Small(x) : simd::Exp2(x - base) - off;
       t = x == ninf ? zero : t;
       t = x == x ? t : x;  // a NaN score reaches l (the max and the engine's Exp2 drop NaN)
       simd::Store(p, simd::Max(t, zero));

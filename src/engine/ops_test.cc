@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnlab/thread_pool.h"
+#include "engine/simd.h"
 
 namespace attnlab::internal {
 namespace {
@@ -213,6 +214,28 @@ TEST(Ops, SoftmaxCrossEntropyLossIsNaNWhenALogitIsNaN) {
     EXPECT_TRUE(std::isnan(mean)) << "NaN at " << at;
     for (const int64_t n : {0, 2, 3}) EXPECT_EQ(loss[n], clean_loss[n]) << "NaN at " << at;
   }
+}
+
+// simd::Exp2m1Small (softpick's e^s - 1 near s = 0 in the exp2 domain): within 4 ulp of the
+// result over [-0.5, 0.5], down to subnormal-free tiny arguments, where 2^x - 1 by subtraction
+// loses most of its digits (checked too, so the test shows what the function is for).
+TEST(Ops, Exp2m1SmallIsAccurateWhereSubtractionIsNot) {
+  const double u = std::ldexp(1.0, -24), ln2 = std::log(2.0);
+  double worst = 0, worst_naive = 0;
+  std::vector<float> xs = {1e-30f, -1e-30f, 1e-8f, -1e-8f, 1e-4f, -3e-3f, 0.5f, -0.5f};
+  for (int k = -2000; k <= 2000; ++k) xs.push_back(static_cast<float>(k) / 4000.0f);
+  for (float x : xs) {
+    if (x == 0.0f) continue;
+    const double want = std::expm1(static_cast<double>(x) * ln2);
+    const double got = simd::Exp2m1Small(simd::Set1(x))[0];
+    const double naive = static_cast<double>(simd::Exp2(simd::Set1(x))[0] - 1.0f);
+    worst = std::max(worst, std::abs(got - want) / std::abs(want));
+    worst_naive = std::max(worst_naive, std::abs(naive - want) / std::abs(want));
+  }
+  EXPECT_LE(worst, 4 * u);
+  EXPECT_GT(worst_naive, 100 * u);
+  std::printf("Exp2m1Small worst relative error %.3g (2^x - 1 by subtraction: %.3g)\n", worst,
+              worst_naive);
 }
 
 }  // namespace
