@@ -197,7 +197,7 @@ def collapse_training(cli, d):
 
 
 SINK_VARIANTS = ["baseline", "mask_first_key", "softmax1", "sink_logit", "sigmoid", "softpick", "output_gate", "output_gate_elementwise",
-                 "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
+                 "key_bias", "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
                  "first_drop", "init_small", "init_large"]
 
 
@@ -217,6 +217,8 @@ def sink_claim_rules(by, counts):
             rate("output_gate_elementwise") == 0,
         "sigmoid attention without normalisation has no sink": rate("sigmoid") == 0,
         "softpick attention has no sink (0% sink rate)": rate("softpick") == 0,
+        "a learnable key with a zero value takes the sink over from the first token":
+            rate("key_bias") == 0 and by["key_bias"]["key_bias_mass_max"] > eps,
         "a dedicated sink token takes the sink over from the first text token":
             by["sink_token"]["max_alpha1"] > eps and rate2("sink_token") == 0,
         "more weight decay, more sinks":
@@ -295,6 +297,14 @@ def sinks(cli, d):
     check(mask["max_alpha1"] == 0 and mask["first_token_sensitivity"] == 0,
           f"sinks: mask_first_key sees token 0 ({mask['max_alpha1']}, {mask['first_token_sensitivity']})")
     check(base["first_token_sensitivity"] > 0, "sinks: the baseline ignores token 0")
+    # The key bias's mass: [layers][heads] in [0, 1], its max the summary; absent elsewhere.
+    kb = by["key_bias"]
+    flat_kb = [a for l in kb["key_bias_mass"] for a in l]
+    check(len(kb["key_bias_mass"]) == L and len(flat_kb) == L * H and
+          all(0 <= a <= 1 for a in flat_kb) and kb["key_bias_mass_max"] == max(flat_kb),
+          f"sinks: key_bias_mass {kb['key_bias_mass']} / max {kb['key_bias_mass_max']}")
+    check(base["key_bias_mass"] == [] and base["key_bias_mass_max"] is None,
+          "sinks: the baseline reports a key-bias mass")
     # Streaming by the number of pinned tokens (Xiao et al. 2023, table 3): the baseline and the
     # two sink-token variants, S = 1 equal to the run's sink policy, and the claim's rule
     # (sink token without BOS, 1 sink <= 1.02x the baseline with 4) recomputed from the numbers.

@@ -36,7 +36,8 @@ The model (x: residual stream [B, Tm, C], Tm = T + 1 with a sink token at positi
       global positions, Longformer); softmax / softmax1
       (+1 in the denominator) / sink logit (+exp(b_h)) / sigmoid(s + bias) / softpick
       relu(expm1(s)) / (sum |expm1(s)| + 1e-6) (Zuhri et al. 2025), bias = sigmoid_bias
-      or -log(max_positions) when 0; a row with no visible key outputs 0 (handled explicitly with
+      or -log(max_positions) when 0; key_bias adds exp(q . k*_h / sqrt(head_dim)) to a
+      softmax row's denominator (k* [H_kv, hd] unrotated, value 0; Gu et al. 2024); a row with no visible key outputs 0 (handled explicitly with
       torch.where, no NaN anywhere); GQA head h reads kv head h // (H / H_kv); output gate
       o_h *= sigmoid(a_in W_g + b_g)_h (headwise) or o *= sigmoid(a_in W_g + b_g) channel by
       channel, reshaped [H, hd] (gate_elementwise); then o W_proj + b.
@@ -109,7 +110,7 @@ BASE = {
     "rope_base": 10000.0, "rope_scaling": "none", "rope_factor": 1.0,
     "rope_original_context": 0, "norm": "pre", "norm_type": "layernorm", "norm_eps": 1e-5,
     "residual_scale": "one", "softmax": "standard", "sigmoid_bias": 0.0, "output_gate": False,
-    "gate_elementwise": False,
+    "gate_elementwise": False, "key_bias": False,
     "mask_first_key": False, "sink_token": False, "attention_window": -1, "causal": True,
     "attention_type": "softmax", "attention_global": 0,
 }
@@ -153,6 +154,13 @@ CONFIGS = [
     ("sigmoid_default_bias", {"softmax": "sigmoid"}),
     ("sigmoid_bias_-1.5", {"softmax": "sigmoid", "sigmoid_bias": -1.5}),
     ("softpick", {"softmax": "softpick"}),
+    # Gu et al. 2024's key with a zero value, with RoPE (k* unrotated), GQA, softmax1, a sink
+    # logit, a window and a sink token around it.
+    ("key_bias", {"key_bias": True}),
+    ("key_bias_gqa_softmax1_window", {"key_bias": True, "n_kv_head": 2, "softmax": "softmax1",
+                                      "attention_window": 3}),
+    ("key_bias_sinklogit_sinktoken_learned", {"key_bias": True, "softmax": "sink_logit",
+                                              "sink_token": True, "position": "learned"}),
     ("softpick_window_gqa", {"softmax": "softpick", "attention_window": 3, "n_kv_head": 2}),
     ("output_gate", {"output_gate": True}),
     ("output_gate_elementwise", {"output_gate": True, "gate_elementwise": True}),
@@ -251,6 +259,7 @@ SENSITIVITY = [
     ("sink_logit", "sink_logit_sign"),
     ("sigmoid_default_bias", "sigmoid_bias_wrong_length"),
     ("softpick", "softpick_abs_numerator"),
+    ("key_bias", "key_bias_unscaled"),
     ("output_gate", "gate_bias_dropped"),
     ("output_gate_elementwise", "gate_channels_transposed"),
     ("mask_first_key", "first_key_visible"),
@@ -366,6 +375,8 @@ def parameter_shapes(c):
             s[h + "attn.gate.bias"] = (G,)
         if c["softmax"] == "sink_logit":
             s[h + "attn.sink"] = (H,)
+        if c.get("key_bias"):
+            s[h + "attn.key_bias"] = (Hkv, hd)
         if c["mlp"]:
             if has_norm:
                 s[h + "ln2.weight"] = (C,)
@@ -519,8 +530,9 @@ def linear_attention(q, k, v, mutation):
     return (w @ v) / (w.sum(-1, keepdim=True) + f32(1e-6))
 
 
-def attention(c, q, k, v, sink_logits, mutation):
-    """q [B, H, Tm, hd], k, v [B, Hkv, Tm, hd] -> [B, H, Tm, hd] (attention.h)."""
+def attention(c, q, k, v, sink_logits, mutation, key_bias=None):
+    """q [B, H, Tm, hd], k, v [B, Hkv, Tm, hd] -> [B, H, Tm, hd] (attention.h). key_bias: None
+    or k* [Hkv, hd], one more entry per row with score scale q . k* and value 0 (Gu et al.)."""
     B, H, Tm, hd = q.shape
     Hkv = k.shape[1]
     group = H // Hkv
@@ -577,6 +589,11 @@ def attention(c, q, k, v, sink_logits, mutation):
     # exp, so no inf and no NaN), then the denominator with the variant's extra term.
     s0 = torch.where(vis, s, torch.zeros_like(s))
     m = torch.where(vis, s, torch.full_like(s, -math.inf)).amax(-1, keepdim=True).detach()
+    s_star = None
+    if key_bias is not None:
+        kb = key_bias[idx].unsqueeze(-1)  # [H, hd, 1]: each query head's kv head's k*
+        s_star = (q @ kb) * (1.0 if mutation == "key_bias_unscaled" else scale)  # [B, H, Tm, 1]
+        m = torch.maximum(m, s_star.detach())
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.where(vis, torch.exp(s0 - m), torch.zeros_like(s))
     den = e.sum(-1, keepdim=True)
@@ -587,6 +604,8 @@ def attention(c, q, k, v, sink_logits, mutation):
         if mutation == "sink_logit_sign":
             b = -b
         den = den + torch.exp(b - m)
+    if s_star is not None:
+        den = den + torch.exp(s_star - m)
     has_key = vis.any(-1, keepdim=True)
     safe = torch.where(has_key, den, torch.ones_like(den))
     p = torch.where(has_key, e / safe, torch.zeros_like(e))
@@ -670,7 +689,8 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         wl = c.get("window_layers", "")
         if wl and mutation != "window_every_layer" and wl[l] == "f":
             cl = dict(c, attention_window=-1)
-        att = attention(cl, q, k, v, W.get(h + "attn.sink"), mutation)  # [B, H, Tm, hd]
+        att = attention(cl, q, k, v, W.get(h + "attn.sink"), mutation,
+                        W.get(h + "attn.key_bias"))  # [B, H, Tm, hd]
         if c["output_gate"]:
             z = a_in @ W[h + "attn.gate.weight"]
             if mutation != "gate_bias_dropped":

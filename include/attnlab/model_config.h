@@ -109,6 +109,12 @@ struct ModelConfig {
   bool output_gate = false;
   bool gate_elementwise = false;  // requires output_gate: W_g [C, attn_dim()] instead of [C, H]
   bool mask_first_key = false;
+  // A learnable key with a zero value in every layer and kv head (Gu et al. 2024, "When
+  // Attention Sink Emerges in Language Models", arXiv:2410.10781, the k* / v* = 0 attention
+  // bias): each query i of a head also scores s*_i = scale q_i . k*, after RoPE with k*
+  // unrotated, and that entry joins the softmax's denominator but adds nothing to the output.
+  // Softmax-family attention only (standard, softmax1, sink_logit).
+  bool key_bias = false;
   bool qk_norm = false;  // Qwen3: RMSNorm (norm_eps, a learned [head_dim] gain for q and one for
                          // k) over each head's q and k, before RoPE
   bool sink_token = false;

@@ -31,6 +31,7 @@ class WindowObserver : public ForwardObserver {
     res_.assign(L, {});
     att_.assign(L, {});
     q_.assign(L, {});
+    real_share_.assign(L, {});
     if (l0_ == 0 && l1_ > 0) emb_.reserve(window_len * C);
     for (int64_t l = l0_; l < l1_; ++l) {
       res_[l].reserve(window_len * C);
@@ -47,7 +48,12 @@ class WindowObserver : public ForwardObserver {
   void OnLayer(const LayerTensors& t) override {
     if (!status_.ok()) return;
     const int64_t C = c_.d_model, Q = c_.qkv_dim(), H = c_.n_head, hd = c_.head_dim();
-    if (stats_) status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k);
+    if (stats_) {
+      const std::span<const float> extra =  // key_bias: each row's zero-value entry (gpt.h)
+          t.key_bias_logits ? std::span<const float>(t.key_bias_logits, H * t.len)
+                            : std::span<const float>();
+      status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k, extra);
+    }
     if (status_.ok() && gates_ && t.gate) status_ = (*gates_)[t.layer].Add(t.gate, t.len);
     k_all_[t.layer] = t.k_all;
     v_all_[t.layer] = t.v_all;
@@ -65,6 +71,12 @@ class WindowObserver : public ForwardObserver {
     for (int64_t i = 0; i < t.len; ++i) {
       const float* q = t.qkv + i * Q;
       q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
+      // key_bias: the share 1 - P*_i = 1 - e^(s*_i - lse'_i) the real keys keep, [T, H].
+      for (int64_t h = 0; t.key_bias_logits && h < H; ++h) {
+        const int64_t r = h * t.len + i;
+        real_share_[t.layer].push_back(
+            static_cast<float>(-std::expm1(double(t.key_bias_logits[r]) - t.lse[r])));
+      }
     }
   }
 
@@ -75,6 +87,7 @@ class WindowObserver : public ForwardObserver {
   int64_t l0_, l1_;
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
+  std::vector<std::vector<float>> real_share_;     // per layer [T, H] (key_bias only)
   std::vector<AttentionTensor> k_all_, v_all_;
   std::vector<int64_t> len_k_;
   std::vector<AttentionParams> params_;
@@ -149,6 +162,11 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
   ATTNLAB_RETURN_IF_ERROR(AttentionRowStats(
       shape, obs.params_[l], TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd),
       obs.k_all_[l], {}, first, {}));
+  if (!obs.real_share_[l].empty()) {  // key_bias: P[i, 0] of the row with the bias entry
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < T; ++i) first[h * T + i] *= obs.real_share_[l][i * H + h];
+    }
+  }
   ATTNLAB_ASSIGN_OR_RETURN(
       const std::vector<HeadActivity> act,
       ClassifyHeadActivity(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H, first, o.sink_eps));
@@ -202,6 +220,9 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
         AttentionMap map;
         map.layer = pl, map.head = ph, map.len = T;
         map.probs.assign(probs.begin() + ph * T * T, probs.begin() + (ph + 1) * T * T);
+        for (int64_t i = 0; !obs.real_share_[l].empty() && i < T; ++i) {  // key_bias's share
+          for (int64_t j = 0; j < T; ++j) map.probs[i * T + j] *= obs.real_share_[l][i * H + ph];
+        }
         r.maps.push_back(std::move(map));
       }
     }

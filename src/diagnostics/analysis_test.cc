@@ -19,6 +19,7 @@ class Materialiser : public ForwardObserver {
   Materialiser(const ModelConfig& c, const AttentionStatsOptions& o) : c_(c) {
     for (int64_t l = 0; l < c.n_layer; ++l) refs.emplace_back(o, c.n_head);
     streams.resize(c.n_layer);
+    bias_mass.assign(c.n_layer, std::vector<double>(c.n_head, 0.0));
   }
   void OnLayer(const LayerTensors& t) override {
     const int64_t H = c_.n_head, hd = c_.head_dim(), Q = c_.qkv_dim(), T = t.len;
@@ -32,12 +33,23 @@ class Materialiser : public ForwardObserver {
                                           TokenMajorView(out.data(), 1, H, T, hd), {}, probs)
                     .ok());
     probs_d.assign(probs.begin(), probs.end());
+    // key_bias: the reference's rows are over the real keys; the bias entry P*_i takes its
+    // share, written here from the definition (lse_real = log(e^lse' - e^s*)).
+    for (int64_t h = 0; t.key_bias_logits && h < H; ++h) {
+      for (int64_t i = 0; i < T; ++i) {
+        const double s = t.key_bias_logits[h * T + i], lse = t.lse[h * T + i];
+        const double p_star = std::exp(s - lse);
+        bias_mass[t.layer][h] += p_star / static_cast<double>(T);
+        for (int64_t j = 0; j < t.len_k; ++j) probs_d[(h * T + i) * t.len_k + j] *= 1.0 - p_star;
+      }
+    }
     ASSERT_TRUE(refs[t.layer].AddProbs(*t.attention, probs_d, T, t.len_k).ok());
     streams[t.layer].assign(t.residual_out, t.residual_out + T * c_.d_model);
   }
   ModelConfig c_;
   std::vector<AttentionStatsReference> refs;
   std::vector<std::vector<float>> streams;
+  std::vector<std::vector<double>> bias_mass;  // [layer][head] mean P* (key_bias)
 };
 
 void ExpectRel(double a, double b, double tol, const std::string& what) {
@@ -46,14 +58,24 @@ void ExpectRel(double a, double b, double tol, const std::string& what) {
 }
 
 TEST(Analysis, StreamedStatisticsEqualTheMaterialisedOnes) {
-  for (SoftmaxKind kind : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1, SoftmaxKind::kSoftpick}) {
+  // The three kinds, then standard and softmax1 with Gu et al.'s zero-value key (key_bias).
+  for (int variant = 0; variant < 5; ++variant) {
+    const SoftmaxKind kind = variant == 2 ? SoftmaxKind::kSoftpick
+                             : variant % 2 ? SoftmaxKind::kSoftmax1
+                                           : SoftmaxKind::kStandard;
     ModelConfig c;
     c.vocab_size = 60, c.context = 512, c.d_model = 32, c.n_layer = 3, c.n_head = 4;
-    c.n_kv_head = 2, c.init_std = 0.15f, c.softmax = kind;
+    c.n_kv_head = 2, c.init_std = 0.15f, c.softmax = kind, c.key_bias = variant >= 3;
+    SCOPED_TRACE("variant " + std::to_string(variant));
     auto g = Gpt::Create(c);
     ASSERT_TRUE(g.ok());
     g.value()->params().Initialize(c, 21);
     std::mt19937 rng(2);
+    for (const ParamInfo& p : g.value()->params().infos()) {  // k* starts at 0: make it count
+      if (p.name.find("key_bias") == std::string::npos) continue;
+      float* x = g.value()->params().data() + p.offset;
+      for (int64_t e = 0; e < p.size; ++e) x[e] = static_cast<float>(int(rng() % 200) - 100) / 40.0f;
+    }
     std::vector<int32_t> tokens(300);
     for (auto& x : tokens) x = rng() % 60;
     AnalysisOptions ao;
@@ -79,7 +101,13 @@ TEST(Analysis, StreamedStatisticsEqualTheMaterialisedOnes) {
         const std::string tag = "layer " + std::to_string(l) + " head " + std::to_string(h);
         ExpectRel(a.entropy, b.entropy, 1e-6, tag + " entropy");
         ExpectRel(a.distance, b.distance, 1e-6, tag + " distance");
-        ExpectRel(a.sink_mass, b.sink_mass, 1e-6, tag + " sink mass");
+        if (c.key_bias) {  // the bias entry plus softmax1's +1 (if any): 1 - the rows' mass
+          const double want_sink = std::isnan(b.sink_mass) ? mat.bias_mass[l][h] : b.sink_mass;
+          ExpectRel(a.sink_mass, want_sink, 1e-6, tag + " sink mass");
+          EXPECT_GT(mat.bias_mass[l][h], 1e-3) << tag;  // the bias takes a visible share
+        } else {
+          ExpectRel(a.sink_mass, b.sink_mass, 1e-6, tag + " sink mass");
+        }
         ExpectRel(a.last_key0, b.last_key0, 1e-6, tag + " last row");
         for (size_t k = 0; k < a.alpha.size(); ++k) ExpectRel(a.alpha[k], b.alpha[k], 1e-6, tag + " alpha");
         for (size_t k = 0; k < a.first_mass.size(); ++k) {

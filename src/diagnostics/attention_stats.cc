@@ -71,6 +71,7 @@ struct Call {
   double bias2;  // sigmoid_bias * log2(e)
   SoftmaxKind kind;
   ThreadPool* pool;
+  const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
 };
 
 // Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window.
@@ -386,7 +387,7 @@ RowNorm AddSoftmaxRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& 
                          std::log(static_cast<double>(n_visible));
     partial[kEntropyRows] += 1;
   }
-  if (HasSink(c.kind)) partial[kSink] += std::exp2(extra_rel2 - norm.log2_norm);
+  if (HasSink(c.kind) || c.row_extra) partial[kSink] += std::exp2(extra_rel2 - norm.log2_norm);
   return norm;
 }
 
@@ -512,7 +513,14 @@ void BlockHeadPartial(const Call& c, const AttentionStatsOptions& opt, int64_t b
                                                             : -INFINITY;
   for (int64_t r = 0; r < i1 - i0; ++r) {
     const ScoreRow row{w.scores.data() + r * ld, c0, c1, ld};
-    AddRowToPartial(c, opt, h, i0 + r, row, w.visible[r], extra2, partial);
+    double row_extra2 = extra2;
+    if (c.row_extra) {  // log2(2^extra2 + 2^e2): the row's own zero-value entry joins
+      const double e2 = static_cast<double>(c.row_extra[h * c.len_q + i0 + r]) * kLog2e;
+      row_extra2 = std::isinf(extra2) && extra2 < 0
+                       ? e2
+                       : std::max(extra2, e2) + std::log2(1.0 + std::exp2(-std::abs(extra2 - e2)));
+    }
+    AddRowToPartial(c, opt, h, i0 + r, row, w.visible[r], row_extra2, partial);
   }
 }
 
@@ -648,7 +656,8 @@ Result<AttentionStatsAccumulator> AttentionStatsAccumulator::Create(
 Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params, const float* q,
                                                   int64_t q_row_stride, int64_t len_q,
                                                   const AttentionTensor& k_all,
-                                                  int64_t len_k) const {
+                                                  int64_t len_k,
+                                                  std::span<const float> row_extra_logits) const {
   const int64_t Hq = heads_q_, hd = head_dim_;
   if (q == nullptr) return Status::InvalidArgument("attention stats: q is a null pointer");
   if (len_q < 1 || len_k < len_q) {
@@ -676,17 +685,37 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
         "attention stats: every AddRows call must use the same softmax variant as the first; "
         "use one accumulator per layer");
   }
+  if (!row_extra_logits.empty()) {
+    if (static_cast<int64_t>(row_extra_logits.size()) != Hq * len_q) {
+      return Status::InvalidArgument("attention stats: row_extra_logits holds " +
+                                     Str(static_cast<int64_t>(row_extra_logits.size())) +
+                                     " floats; expected heads_q * len_q = " + Str(Hq * len_q));
+    }
+    if (IsUnnormalisedWeights(params.softmax)) {
+      return Status::InvalidArgument(
+          "attention stats: row_extra_logits join a softmax's denominator; sigmoid and softpick "
+          "weights have none");
+    }
+  }
+  if (kind_ && row_extra_ != !row_extra_logits.empty()) {
+    return Status::InvalidArgument(
+        "attention stats: every AddRows call must give row_extra_logits, or none, as the first");
+  }
   return Status::Ok();
 }
 
 Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const float* q,
                                           int64_t q_row_stride, int64_t len_q,
-                                          const AttentionTensor& k_all, int64_t len_k) {
-  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k));
+                                          const AttentionTensor& k_all, int64_t len_k,
+                                          std::span<const float> row_extra_logits) {
+  ATTNLAB_RETURN_IF_ERROR(
+      ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k, row_extra_logits));
   kind_ = params.softmax;
+  row_extra_ = !row_extra_logits.empty();
   ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
-  const Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_,
-                          head_dim_, &pool);
+  Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_, head_dim_,
+                    &pool);
+  c.row_extra = row_extra_ ? row_extra_logits.data() : nullptr;
   std::vector<ThreadScratch> scratch(pool.num_threads());
 
   // Phase A: per-head statistics.
@@ -803,7 +832,7 @@ AttentionLayerStats AttentionStatsAccumulator::Finish() const {
     o.entropy = IsUnnormalisedWeights(kind) || s.entropy_rows == 0
                     ? kNaN
                     : s.entropy / static_cast<double>(s.entropy_rows);
-    o.sink_mass = HasSink(kind) && s.live_rows > 0 ? s.sink / live : kNaN;
+    o.sink_mass = (HasSink(kind) || row_extra_) && s.live_rows > 0 ? s.sink / live : kNaN;
     o.distance = s.live_rows > 0 ? s.distance / live : kNaN;
     o.live_rows = s.live_rows;
     o.alpha.resize(K);

@@ -131,7 +131,8 @@ struct AttentionStatsOptions {
 struct AttentionHeadStats {
   double entropy = 0;              // NaN for kSigmoid or when no row has n_i >= 2
   int64_t entropy_rows = 0;        // rows with n_i >= 2
-  double sink_mass = 0;            // NaN unless kSoftmax1 / kSinkLogit (or no live row)
+  double sink_mass = 0;            // NaN unless kSoftmax1 / kSinkLogit or row extra logits (or
+                                   // no live row)
   double distance = 0;             // NaN when no live row
   int64_t live_rows = 0;           // rows with n_i >= 1
   std::vector<double> alpha;          // [first_k]
@@ -169,11 +170,16 @@ class AttentionStatsAccumulator {
   //           q_row_stride >= heads_q * head_dim (e.g. the model's qkv rows: stride Q).
   //   k_all:  [1, heads_kv, len_k, head_dim] keys after RoPE; the queries are the last len_q.
   //   params: the mask and softmax the layer used (params.pool: threads; null = default pool).
+  //   row_extra_logits: empty, or [heads_q, len_q] natural-log logits of one more entry with a
+  //           zero value in each row's softmax (a key_bias model's s*_i, Gu et al. 2024): it
+  //           joins the denominator like softmax1's +1 or a sink logit (combined with them), and
+  //           its mass counts in sink_mass. Softmax-family variants only; every call the same.
   // REQUIRES (else an error, nothing added): 1 <= len_q <= len_k, non-null q and k_all whose
   // strides stay inside k_all.size, k_all.stride_token >= head_dim when len_k > 1, params valid
   // for attention.h with these shapes, and the same params.softmax as the first call.
   Status AddRows(const AttentionParams& params, const float* q, int64_t q_row_stride, int64_t len_q,
-                 const AttentionTensor& k_all, int64_t len_k);
+                 const AttentionTensor& k_all, int64_t len_k,
+                 std::span<const float> row_extra_logits = {});
 
   // The statistics of every row added so far (may be called at any time).
   AttentionLayerStats Finish() const;
@@ -189,7 +195,8 @@ class AttentionStatsAccumulator {
   // thinning of the kept sample to the stride for rows_after rows (returned; 1 when jsd_rows
   // is 0) and its fold of one batch of sampled rows' [heads_q^2] values, in row order.
   Status ValidateAddRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
-                         int64_t len_q, const AttentionTensor& k_all, int64_t len_k) const;
+                         int64_t len_q, const AttentionTensor& k_all, int64_t len_k,
+                         std::span<const float> row_extra_logits) const;
   void FoldHeadPartials(const std::vector<double>& partial, int64_t len_q, int64_t key_offset);
   int64_t ThinJsdSample(int64_t rows_after);
   void FoldJsdValues(std::span<const int64_t> local_rows, std::vector<std::vector<double>>& values);
@@ -198,6 +205,7 @@ class AttentionStatsAccumulator {
   int64_t heads_q_, heads_kv_, head_dim_;
   int64_t rows_ = 0;
   std::optional<SoftmaxKind> kind_;  // of the first call; every call must use the same
+  bool row_extra_ = false;           // the first call gave row_extra_logits; every call must
   // Per head: sums over rows.
   struct HeadSums {
     double entropy = 0, sink = 0, distance = 0;

@@ -547,6 +547,66 @@ TEST(AttentionStats, JsdSampleSize) {
   }
 }
 
+// A key_bias model's per-row extra logit (row_extra_logits): with the same logit b_h on every row
+// of head h it is exactly a sink logit, and on top of softmax1 it is a sink logit of
+// log(1 + e^b) (both extra entries in one); in chunks like a KV cache. Causal masks, GQA.
+TEST(AttentionStats, RowExtraLogitsActLikeASinkLogit) {
+  std::mt19937_64 rng(23);
+  for (const MaskCase& mc : kCausalMasks) {
+    for (SoftmaxKind base : {SoftmaxKind::kStandard, SoftmaxKind::kSoftmax1}) {
+      Sequence s;
+      s.Init(59, 4, 2, 16);
+      s.Randomise(rng);
+      AttentionParams with_sink = MakeParams(mc, SoftmaxKind::kSinkLogit, s, rng);
+      std::vector<float> sinks = s.sinks;
+      std::vector<float> extra(s.Hq * s.L);
+      for (int64_t h = 0; h < s.Hq; ++h) {
+        for (int64_t i = 0; i < s.L; ++i) extra[h * s.L + i] = sinks[h];
+        if (base == SoftmaxKind::kSoftmax1) {
+          sinks[h] = static_cast<float>(std::log1p(std::exp(static_cast<double>(s.sinks[h]))));
+        }
+      }
+      with_sink.sink_logits = sinks;
+      AttentionParams plain = with_sink;
+      plain.softmax = base;
+      plain.sink_logits = {};
+      AttentionStatsOptions o;
+      o.first_k = 3;
+      o.diagonals = {{1, 0, -1}};
+      o.jsd_rows = 0;
+      AttentionStatsAccumulator want_acc = MakeAcc(o, s), got_acc = MakeAcc(o, s);
+      ASSERT_TRUE(want_acc.AddRows(with_sink, s.q.data(), s.q_stride, s.L, s.kview, s.L).ok());
+      const int64_t cuts[] = {0, 17, 18, 59};
+      for (int c = 0; c < 3; ++c) {
+        const int64_t n = cuts[c + 1] - cuts[c];
+        std::vector<float> chunk(s.Hq * n);
+        for (int64_t h = 0; h < s.Hq; ++h) {
+          for (int64_t i = 0; i < n; ++i) chunk[h * n + i] = extra[h * s.L + cuts[c] + i];
+        }
+        ASSERT_TRUE(got_acc.AddRows(plain, s.q.data() + cuts[c] * s.q_stride, s.q_stride, n,
+                                    s.kview, cuts[c + 1], chunk).ok());
+      }
+      const AttentionLayerStats want = want_acc.Finish(), got = got_acc.Finish();
+      ExpectStatsNear(got, want, 1e-6, std::string(mc.name) + " " + KindName(base));
+      EXPECT_TRUE(std::isfinite(got.heads[0].sink_mass));
+    }
+  }
+  // Refused: a wrong size, unnormalised weights, and a call without after one with.
+  Sequence s;
+  s.Init(8, 4, 2, 16);
+  AttentionParams p;
+  p.mask.causal = true;
+  AttentionStatsAccumulator acc = MakeAcc(AttentionStatsOptions{}, s);
+  const std::vector<float> extra(4 * 8, 0.5f);
+  EXPECT_FALSE(acc.AddRows(p, s.q.data(), s.q_stride, 8, s.kview, 8,
+                           std::span<const float>(extra.data(), 31)).ok());
+  AttentionParams sp = p;
+  sp.softmax = SoftmaxKind::kSoftpick;
+  EXPECT_FALSE(acc.AddRows(sp, s.q.data(), s.q_stride, 8, s.kview, 8, extra).ok());
+  ASSERT_TRUE(acc.AddRows(p, s.q.data(), s.q_stride, 8, s.kview, 8, extra).ok());
+  EXPECT_FALSE(acc.AddRows(p, s.q.data(), s.q_stride, 8, s.kview, 8).ok());
+}
+
 TEST(AttentionStats, BadInputIsAnError) {
   Sequence s;
   s.Init(8, 4, 2, 16);

@@ -120,6 +120,8 @@ const std::vector<Variant>& Variants() {
       {"output_gate", "attention", "output gate", [](ModelConfig& c, TrainOptions&) { c.output_gate = true; }},
       {"output_gate_elementwise", "attention", "output gate, element-wise",
        [](ModelConfig& c, TrainOptions&) { c.output_gate = true, c.gate_elementwise = true; }},
+      {"key_bias", "attention", "learnable key, zero value",
+       [](ModelConfig& c, TrainOptions&) { c.key_bias = true; }},
       {"sink_token", "attention", "dedicated sink token",
        [](ModelConfig& c, TrainOptions&) { c.sink_token = true; }},
       // StreamingLLM's pre-training (Xiao et al. 2023, section 3.3): the sink token is the only
@@ -170,10 +172,17 @@ class SinkObserver : public ForwardObserver {
  public:
   explicit SinkObserver(const ModelConfig& c)
       : c_(c), first_(c), alpha2_(c.n_layer, std::vector<double>(c.n_head, 0.0)),
-        massive_(c.n_layer, 0.0), massive_at_first_(c.n_layer, 0) {}
+        bias_mass_(c.n_layer, std::vector<double>(c.n_head, 0.0)), massive_(c.n_layer, 0.0),
+        massive_at_first_(c.n_layer, 0) {}
 
   void OnLayer(const LayerTensors& t) override {
     first_.OnLayer(t);
+    // key_bias: the zero-value entry's share P*_i = e^(s*_i - lse_i), averaged over rows.
+    for (int64_t r = 0; t.key_bias_logits && r < t.batch * c_.n_head * t.len; ++r) {
+      const int64_t h = (r / t.len) % c_.n_head;
+      bias_mass_[t.layer][h] +=
+          std::exp(double(t.key_bias_logits[r]) - t.lse[r]) / static_cast<double>(t.len);
+    }
     const int64_t H = c_.n_head, group = H / c_.kv_heads(), hd = c_.head_dim(), Q = c_.qkv_dim();
     const int64_t T = t.len, C = c_.d_model;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -204,6 +213,8 @@ class SinkObserver : public ForwardObserver {
 
   const FirstTokenProbe& first() const { return first_; }
   std::vector<std::vector<double>> alpha2() const { return Mean(alpha2_); }
+  // [layers][heads] mean key-bias mass per row (zero without key_bias).
+  std::vector<std::vector<double>> bias_mass() const { return Mean(bias_mass_); }
   std::vector<double> massive() const {
     std::vector<double> r = massive_;
     for (double& x : r) x /= std::max<int64_t>(1, sequences_);
@@ -223,7 +234,7 @@ class SinkObserver : public ForwardObserver {
   }
   ModelConfig c_;
   FirstTokenProbe first_;
-  std::vector<std::vector<double>> alpha2_;
+  std::vector<std::vector<double>> alpha2_, bias_mass_;
   std::vector<double> massive_;
   std::vector<int64_t> massive_at_first_;
   int64_t sequences_ = 0;
@@ -254,6 +265,8 @@ struct VariantRun {
   std::vector<double> train_loss;
   std::vector<SinkEmergence> emergence;
   std::vector<std::vector<double>> alpha1, alpha2, last_row;
+  std::vector<std::vector<double>> bias_mass;  // key_bias: [layers][heads] mean P* per row
+  double bias_mass_max = NAN;                  // its largest head (NaN without key_bias)
   double uniform_last = 0;
   SinkSummary a1, a2, last;
   std::vector<double> massive;  // [layers], mean over sequences
@@ -361,6 +374,11 @@ Status MeasureVariant(Gpt& g, const Sizes& s, const SinkData& data, int32_t bos,
   run.last_row = obs.first().last_row();
   run.uniform_last = obs.first().uniform_last();
   run.alpha2 = obs.alpha2();
+  if (run.config.key_bias) {
+    run.bias_mass = obs.bias_mass();
+    run.bias_mass_max = 0;
+    for (const auto& l : run.bias_mass) for (double x : l) run.bias_mass_max = std::max(run.bias_mass_max, x);
+  }
   run.a1 = Summarise(run.alpha1);
   run.a2 = Summarise(run.alpha2);
   run.last = Summarise(run.last_row);
@@ -551,6 +569,15 @@ Status AddClaims(const Measured& m, ExperimentResult& r) {
              "Sink_1^0.3 " + Fmt(sp->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(sp->a1.max, "%.3f") +
                  " (baseline " + Fmt(base->a1.rate, "%.2f") + ", " + Fmt(base->a1.max, "%.3f") + ")",
              RemovesSink(*sp));
+  ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* kb, Find(m, "key_bias"));
+  r.AddClaim("a learnable key with a zero value takes the sink over from the first token",
+             "Gu et al. 2024 (arXiv:2410.10781), section 7 (k*, v* = 0 attention bias)",
+             "Sink_1^0.3 = 0 and some head puts > 0.3 of its attention on the bias key on average",
+             "Sink_1^0.3 " + Fmt(kb->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(kb->a1.max, "%.3f") +
+                 "; largest mean mass on the bias key " + Fmt(kb->bias_mass_max, "%.3f") +
+                 " (baseline Sink_1^0.3 " + Fmt(base->a1.rate, "%.2f") + ", max alpha_1 " +
+                 Fmt(base->a1.max, "%.3f") + ")",
+             RemovesSink(*kb) && kb->bias_mass_max > kSinkEps);
   ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* st, Find(m, "sink_token"));
   r.AddClaim("a dedicated sink token takes the sink over from the first text token",
              "Xiao et al. 2023, section 3.3",
@@ -629,6 +656,7 @@ nlohmann::json RunJson(const VariantRun& run) {
           {"stream", {{"dense_ppl", JsonNumber(run.stream.dense)}, {"window_ppl", JsonNumber(run.stream.window)},
                       {"sink_ppl", JsonNumber(run.stream.sink)}, {"note", run.stream.note}}},
           {"first_token_sensitivity", JsonNumber(run.first_token_sensitivity)},
+          {"key_bias_mass", run.bias_mass}, {"key_bias_mass_max", JsonNumber(run.bias_mass_max)},
           {"emergence", em}, {"seconds", run.seconds}};
 }
 
@@ -681,7 +709,7 @@ Status AddSummary(const Measured& m, ExperimentResult& r) {
   bool first = true;
   for (const char* id :
        {"mask_first_key", "softmax1", "sink_logit", "sigmoid", "softpick", "output_gate",
-        "output_gate_elementwise", "sink_token", "sink_token_nobos"}) {
+        "output_gate_elementwise", "key_bias", "sink_token", "sink_token_nobos"}) {
     ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* run, Find(m, id));
     sum += std::string(first ? "" : "; ") + run->v->label + " " + cost(*run);
     first = false;

@@ -14,10 +14,17 @@
 #include "attnlab/thread_pool.h"
 #include "engine/gemm.h"
 #include "engine/ops.h"
+#include "model/key_bias.h"
 
 namespace attnlab {
 
 namespace {
+
+// The key bias's view of one attention call: q rows of the [N, Q] qkv buffer, default scale.
+internal::KeyBiasShape KeyBiasShapeOf(const ModelConfig& c, int64_t B, int64_t Tm) {
+  return {B, Tm, c.n_head, c.kv_heads(), c.head_dim(), c.qkv_dim(),
+          1.0f / std::sqrt(static_cast<float>(c.head_dim()))};
+}
 
 using internal::LinearBackward;
 using internal::LinearForward;
@@ -97,10 +104,10 @@ Status CheckMatrices(const ModelConfig& c, const MatrixWeights& m) {
     }
     return internal::ValidateWeightMatrix(w);
   };
-  if (c.output_gate || c.sink_token || c.attention_type != AttentionType::kSoftmax) {
+  if (c.output_gate || c.sink_token || c.key_bias || c.attention_type != AttentionType::kSoftmax) {
     return Status::InvalidArgument(
         "weights kept as stored are for the released families' decoder (no output gate, sink "
-        "token or linear attention)");
+        "token, key bias or linear attention)");
   }
   ATTNLAB_RETURN_IF_ERROR(check(m.embed, V, C, "the embedding"));
   ATTNLAB_RETURN_IF_ERROR(check(m.head, V, C, "the LM head"));
@@ -298,6 +305,7 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   v.qk_rstd = slice(a.qk_rstd, N * (H + c.kv_heads()));
   v.att = slice(a.att, N * A);
   v.lse = slice(a.lse, N * H);
+  v.kb_logit = slice(a.kb_logit, N * H);
   v.gate = slice(a.gate, N * c.gate_dim());
   v.attg = slice(a.attg, N * A);
   v.o = slice(a.o, N * C);
@@ -348,6 +356,7 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.qk_rstd.Resize(c.qk_norm ? layers * N * Hqk : 0);
   a.att.Resize(layers * N * A);
   a.lse.Resize(layers * N * H);
+  a.kb_logit.Resize(c.key_bias ? layers * N * H : 0);
   a.gate.Resize(layers * N * c.gate_dim());
   a.attg.Resize(c.output_gate ? layers * N * A : 0);
   a.o.Resize(layers * N * C);
@@ -543,6 +552,10 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kRotK, l, a.qkv, H * hd, Hkv));
   }
   ATTNLAB_RETURN_IF_ERROR(AttentionCoreForward(l, ap, cache, shape, Const(views.q), k_all, v_all));
+  if (lp.key_bias) {  // the zero-value key's entry joins each row (key_bias.h)
+    internal::KeyBiasForward(KeyBiasShapeOf(c, B, Tm), views.q.data, lp.key_bias, a.att, a.lse,
+                             a.kb_logit, tp);
+  }
   if (hooks_) {
     ATTNLAB_RETURN_IF_ERROR(RowStatHooks(l, ap, shape, Const(views.q), k_all));
     if (Hooked(HookPoint::kZ, l)) ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kZ, l, a.att, {B, Tm, H, hd}));
@@ -584,6 +597,7 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
   seen->k_all = k_all, seen->v_all = v_all;
   seen->attn_out = a.att, seen->lse = a.lse;
+  seen->key_bias_logits = lp.key_bias ? a.kb_logit : nullptr;
   seen->gate = c.output_gate ? a.gate : nullptr;
   return Status::Ok();
 }
@@ -629,6 +643,11 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
                            kh, vh, std::span<float>(a.att, H * hd), std::span<float>(a.lse, H));
   }
   if (Hooked(HookPoint::kAttnScores, l) || Hooked(HookPoint::kPattern, l)) {
+    if (c.key_bias) {
+      return Status::InvalidArgument(
+          "a key_bias model's scores and pattern include the bias entry, which the explicit "
+          "steps do not compute: hook lse, attn_out or the residual stream instead");
+    }
     return ExplicitAttentionForward(l, ap, shape, q, k_all, v_all);
   }
   return AttentionForwardFlash(shape, ap, q, k_all, v_all, TokenMajorView(a.att, B, H, Tm, hd),
@@ -979,6 +998,10 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
   }
   if (lg.sink) {
     for (int64_t h = 0; h < H; ++h) lg.sink[h] += d.sink[h];
+  }
+  if (lp.key_bias) {  // att is Y and lse is lse' here, as the engine's backward wanted
+    internal::KeyBiasBackward(KeyBiasShapeOf(c, B, Tm), views.q.data, lp.key_bias, a.att, d_att,
+                              a.lse, a.kb_logit, dviews.q.data, lg.key_bias, tp);
   }
   if (rope_) {
     ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.q, B, H, Tm, positions_));

@@ -41,7 +41,10 @@ struct LayerTensors {
   AttentionTensor k_all, v_all;           // [batch, Hkv, len_k, hd], keys after RoPE
   const float* attn_out = nullptr;        // [N, A] per-head attention outputs (before the gate),
                                           // A = attn_dim() = H * hd (= C unless head_size)
-  const float* lse = nullptr;             // [B, H, Tm] row log-sum-exp (see attention.h)
+  const float* lse = nullptr;             // [B, H, Tm] row log-sum-exp (see attention.h;
+                                          // with key_bias it includes the bias entry)
+  const float* key_bias_logits = nullptr; // [B, H, Tm] the key bias's scores s*_i (key_bias
+                                          // only: a zero-value entry of each row's softmax)
   const float* gate = nullptr;            // [N, G] the output gate's sigmoid (G = gate_dim():
                                           // H headwise, A elementwise); null without a gate
   const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
@@ -150,6 +153,7 @@ class Gpt {
     float* qk_rstd;     // [N, H + Hkv] their RMSNorm statistics
     float* att;         // [N, A] per-head attention output
     float* lse;         // [B, H, Tm]
+    float* kb_logit;    // [B, H, Tm] the key bias's scores s* (key_bias only)
     float* gate;        // [N, G] output gate sigmoid (G = gate_dim())
     float* attg;        // [N, A] gated attention output
     float* o;           // [N, C] attention projection output
@@ -235,6 +239,7 @@ class Gpt {
     AlignedBuffer<float> qk_rstd;    // [L, N, H + Hkv] (qk_norm)
     AlignedBuffer<float> att;        // [L, N, A]
     AlignedBuffer<float> lse;        // [L, B, H, Tm]
+    AlignedBuffer<float> kb_logit;   // [L, B, H, Tm] the key bias's scores (key_bias)
     AlignedBuffer<float> gate;       // [L, N, G] sigmoid outputs (G = gate_dim())
     AlignedBuffer<float> attg;       // [L, N, A] gated attention output
     AlignedBuffer<float> o;          // [L, N, C] attention projection output

@@ -116,6 +116,11 @@ Status Gpt::RowStatHooks(int64_t l, const AttentionParams& ap, const AttentionSh
     ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kLse, l, copy.data(), {B, H, Tm}));
   }
   if (!first && !ent) return Status::Ok();
+  if (config_.key_bias) {
+    return Status::InvalidArgument(
+        "first-token mass and entropy hooks recompute the rows without a key_bias model's bias "
+        "entry: hook lse, or use attnlab analyze");
+  }
   std::vector<float> fm(first ? rows : 0), en(ent ? rows : 0);
   AttentionParams p = ap;
   p.pool = pool();

@@ -49,6 +49,13 @@ std::vector<Variant> Variants() {
       {"output_gate_elementwise",
        [](ModelConfig& c) { c.output_gate = true, c.gate_elementwise = true; }},
       {"mask_first_key", [](ModelConfig& c) { c.mask_first_key = true; }},
+      // Gu et al.'s key with a zero value: plain, and with GQA, softmax1 and a window.
+      {"key_bias", [](ModelConfig& c) { c.key_bias = true; }},
+      {"key_bias_gqa_softmax1_window",
+       [](ModelConfig& c) {
+         c.key_bias = true, c.n_kv_head = 2, c.softmax = SoftmaxKind::kSoftmax1;
+         c.attention_window = 2;
+       }},
       {"sink_token", [](ModelConfig& c) { c.sink_token = true; }},
       {"sink_token_learned_pos",
        [](ModelConfig& c) { c.sink_token = true, c.position = PositionEncoding::kLearned; }},
@@ -358,6 +365,9 @@ TEST(Gpt, AttentionTypesRejectMeaninglessCombinationsAndPickTheirCache) {
   rejects([&](ModelConfig& c) { linear(c), c.softmax = SoftmaxKind::kSigmoid; }, "softmax");
   rejects([&](ModelConfig& c) { linear(c), c.mask_first_key = true; }, "mask_first_key");
   rejects([&](ModelConfig& c) { c.gate_elementwise = true; }, "gate_elementwise");
+  rejects([&](ModelConfig& c) { c.key_bias = true, c.softmax = SoftmaxKind::kSoftpick; }, "key_bias");
+  rejects([&](ModelConfig& c) { c.key_bias = true, c.softmax = SoftmaxKind::kSigmoid; }, "key_bias");
+  rejects([&](ModelConfig& c) { linear(c), c.key_bias = true; }, "key_bias");
   rejects([&](ModelConfig& c) { linear(c), c.softmax = SoftmaxKind::kSoftpick; }, "softmax");
   rejects([&](ModelConfig& c) { linear(c), c.sink_token = true; }, "sink_token");
   rejects([&](ModelConfig& c) { linear(c), c.attention_window = 4; }, "attention_window");

@@ -145,6 +145,12 @@ Status ValidateAttentionType(const ModelConfig& c) {
         "gate_elementwise chooses one gate per channel for the output gate: it needs "
         "output_gate = true");
   }
+  if (c.key_bias && (c.attention_type == AttentionType::kLinear ||
+                     c.softmax == SoftmaxKind::kSigmoid || c.softmax == SoftmaxKind::kSoftpick)) {
+    return Status::InvalidArgument(
+        "key_bias (a learnable key with a zero value, Gu et al. 2024) joins a softmax's "
+        "denominator: it needs softmax attention with softmax standard, softmax1 or sink_logit");
+  }
   if (c.attention_type == AttentionType::kSparse) {
     if (c.attention_window < 0) {
       return Status::InvalidArgument(
@@ -332,6 +338,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["output_gate"] = c.output_gate;
   j["gate_elementwise"] = c.gate_elementwise;
   j["mask_first_key"] = c.mask_first_key;
+  j["key_bias"] = c.key_bias;
   j["qk_norm"] = c.qk_norm;
   j["sink_token"] = c.sink_token;
   j["attention_window"] = c.attention_window;
@@ -390,6 +397,7 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "output_gate") st = ParseBool(v, key, &c.output_gate);
     else if (k == "gate_elementwise") st = ParseBool(v, key, &c.gate_elementwise);
     else if (k == "mask_first_key") st = ParseBool(v, key, &c.mask_first_key);
+    else if (k == "key_bias") st = ParseBool(v, key, &c.key_bias);
     else if (k == "qk_norm") st = ParseBool(v, key, &c.qk_norm);
     else if (k == "sink_token") st = ParseBool(v, key, &c.sink_token);
     else if (k == "attention_window") st = ParseInt(v, key, &c.attention_window);

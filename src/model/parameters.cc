@@ -54,6 +54,7 @@ std::vector<ParamInfo> ParameterLayout(const ModelConfig& c) {
       add(h + "attn.gate.bias", {c.gate_dim()}, false, ParamInit::kZeros);
     }
     if (c.softmax == SoftmaxKind::kSinkLogit) add(h + "attn.sink", {H}, false, ParamInit::kZeros);
+    if (c.key_bias) add(h + "attn.key_bias", {c.kv_heads(), hd}, false, ParamInit::kZeros);
     if (c.mlp) {
       if (c.norm != NormPlacement::kNone) {
         add(h + "ln2.weight", {C}, false, ParamInit::kOnes);
@@ -143,6 +144,7 @@ void ParameterStore::BindPointers(const ModelConfig& c) {
     p.gate_w = get(h + "attn.gate.weight");
     p.gate_b = get(h + "attn.gate.bias");
     p.sink = get(h + "attn.sink");
+    p.key_bias = get(h + "attn.key_bias");
     p.ln2_w = get(h + "ln2.weight");
     p.ln2_b = get(h + "ln2.bias");
     p.fc_w = get(h + "mlp.fc.weight");

@@ -17,6 +17,7 @@
 //   h.{l}.attn.gate.weight [C, G], .bias [G]         output gate only; G = gate_dim(): H
 //                                                     headwise, H * hd elementwise
 //   h.{l}.attn.sink [H]                               softmax == sink_logit only
+//   h.{l}.attn.key_bias [H_kv, hd]                    key_bias only (k*, unrotated)
 //   h.{l}.ln2.weight [C], h.{l}.ln2.bias [C]          mlp and norm != none
 //   h.{l}.mlp.fc.weight [C, F1], .bias [F1]           mlp only; F1 = 2F for SwiGLU (gate | up)
 //   h.{l}.mlp.proj.weight [F, C], .bias [C]           mlp only (both biases: bias or mlp_bias)
@@ -55,6 +56,7 @@ struct LayerParams {
   float *proj_w = nullptr, *proj_b = nullptr;
   float *gate_w = nullptr, *gate_b = nullptr;
   float* sink = nullptr;
+  float* key_bias = nullptr;
   float *ln2_w = nullptr, *ln2_b = nullptr;
   float *fc_w = nullptr, *fc_b = nullptr;
   float *fcproj_w = nullptr, *fcproj_b = nullptr;
