@@ -181,6 +181,7 @@ inline RefErrors CompareToReference(const Problem& p, bool backward) {
   const double scale = p.params.scale ? *p.params.scale : 1.0 / std::sqrt(double(D));
   const bool sigmoid = p.params.softmax == SoftmaxKind::kSigmoid;
   const bool sink = p.params.softmax == SoftmaxKind::kSinkLogit;
+  const bool softpick = p.params.softmax == SoftmaxKind::kSoftpick;
   const AttentionTensor q = p.QView(p.q), k = p.KView(p.k), v = p.KView(p.v);
   const AttentionTensor dout = p.QView(p.dout);
   const int64_t tasks = s.batch * s.heads_kv;
@@ -189,21 +190,24 @@ inline RefErrors CompareToReference(const Problem& p, bool backward) {
   DefaultThreadPool().ParallelFor(tasks, [&](int64_t task, int) {
     const int64_t b = task / s.heads_kv, hk = task % s.heads_kv;
     RefErrors& e = part[task];
-    std::vector<double> pr(Lk), dp(Lk), dpa(Lk), o(D), mo(D), dqi(D), mdq(D);
+    std::vector<double> pr(Lk), sc(Lk), dp(Lk), dpa(Lk), o(D), mo(D), dqi(D), mdq(D);
     std::vector<double> dk, mdk, dv, mdv;  // [Lk][D], summed over the group's rows
     if (backward) dk = mdk = dv = mdv = std::vector<double>(Lk * D, 0.0);
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
       for (int64_t i = 0; i < s.len_q; ++i) {
         double lse;
         internal::ReferenceRowProbs<float, double>(s, p.params, scale, p.sinks.data(), q, k, b, h,
-                                                   i, pr, &lse);
+                                                   i, pr, &lse, &sc);
+        // Keys that take part in the gradient: P > 0, and for softpick every visible key (a
+        // negative score has P = 0 but dS = E D, attention.h).
+        auto active = [&](int64_t j) { return softpick ? !std::isinf(sc[j]) : pr[j] != 0; };
         const int64_t row = ((b * s.heads_q + h) * s.len_q + i) * D;  // contiguous offset
         const float *qi = q.at(b, h, i), *doi = dout.at(b, h, i);
         std::fill(o.begin(), o.end(), 0.0);
         std::fill(mo.begin(), mo.end(), 0.0);
         double dsum = 0, dsum_abs = 0;  // D_i = sum_j P_ij dP_ij, and its magnitude
         for (int64_t j = 0; j < Lk; ++j) {
-          if (pr[j] == 0) continue;
+          if (!active(j)) continue;
           const float *kj = k.at(b, hk, j), *vj = v.at(b, hk, j);
           double cond = 0, dpj = 0, dpaj = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -224,14 +228,22 @@ inline RefErrors CompareToReference(const Problem& p, bool backward) {
           dsink[b * s.heads_q + h] -= p_sink * dsum;
           msink[b * s.heads_q + h] += p_sink * dsum_abs;
         }
-        // dS = P o (dP - D) (sigmoid: dP o P o (1 - P)); dQ = scale dS K, dK = scale dS^T Q,
-        // dV = P^T dO (attention_reference.h).
+        // dS = P o (dP - D) (sigmoid: dP o P o (1 - P); softpick, with E = e^(s - lse):
+        // E (dP - D) for s > 0, E D for s < 0); dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO
+        // (attention_reference.h).
         std::fill(dqi.begin(), dqi.end(), 0.0);
         std::fill(mdq.begin(), mdq.end(), 0.0);
         for (int64_t j = 0; j < Lk; ++j) {
-          if (pr[j] == 0) continue;
-          const double ds = sigmoid ? dp[j] * pr[j] * (1 - pr[j]) : pr[j] * (dp[j] - dsum);
-          const double dsa = sigmoid ? dpa[j] * pr[j] : pr[j] * (dpa[j] + dsum_abs);
+          if (!active(j)) continue;
+          double ds, dsa;
+          if (softpick) {
+            const double e = std::exp(sc[j] - lse);
+            ds = sc[j] > 0 ? e * (dp[j] - dsum) : sc[j] < 0 ? e * dsum : 0.0;
+            dsa = e * (dpa[j] + dsum_abs);
+          } else {
+            ds = sigmoid ? dp[j] * pr[j] * (1 - pr[j]) : pr[j] * (dp[j] - dsum);
+            dsa = sigmoid ? dpa[j] * pr[j] : pr[j] * (dpa[j] + dsum_abs);
+          }
           const float* kj = k.at(b, hk, j);
           for (int64_t d = 0; d < D; ++d) {
             dqi[d] += scale * ds * kj[d];

@@ -3,7 +3,7 @@
 //
 //   attnlab bench attention [--n 4096[,8192...]] [--len-q L] [--head-dim 128[,64...]]
 //       [--heads 8] [--heads-kv H] [--batch 1] [--causal] [--window W]
-//       [--softmax standard|softmax1|sink|sigmoid] [--backward] [--repeats 5] [--json]
+//       [--softmax standard|softmax1|sink|sigmoid|softpick] [--backward] [--repeats 5] [--json]
 //       [--no-reference] [--threads T]
 //
 // For every (n, head_dim): validate flash on the last 64 query rows of every head (bench_util.h
@@ -45,6 +45,7 @@ SoftmaxKind ParseSoftmax(const std::string& name) {
   if (name == "standard") return SoftmaxKind::kStandard;
   if (name == "softmax1") return SoftmaxKind::kSoftmax1;
   if (name == "sink") return SoftmaxKind::kSinkLogit;
+  if (name == "softpick") return SoftmaxKind::kSoftpick;
   return SoftmaxKind::kSigmoid;  // the option's check allows nothing else
 }
 
@@ -322,8 +323,8 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_flag("--causal", o->causal, "causal mask");
   cmd->add_option("--window", o->window, "sliding window: keys within W positions of the query")
       ->check(CLI::Range(int64_t{0}, kMaxLen));
-  cmd->add_option("--softmax", o->softmax, "standard (default), softmax1, sink or sigmoid")
-      ->check(CLI::IsMember({"standard", "softmax1", "sink", "sigmoid"}));
+  cmd->add_option("--softmax", o->softmax, "standard (default), softmax1, sink, sigmoid or softpick")
+      ->check(CLI::IsMember({"standard", "softmax1", "sink", "sigmoid", "softpick"}));
   cmd->add_flag("--backward", o->backward, "also validate and time the backward");
   cmd->add_option("--repeats", o->repeats, "timed runs per kernel; the median is reported (5)")
       ->check(CLI::Range(1, 1000000));
