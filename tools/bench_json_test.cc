@@ -43,6 +43,14 @@ const Case kCases[] = {
     {"bench attention",
      "bench attention --n 64 --head-dim 16 --heads 2 --heads-kv 1 --causal --backward "
      "--repeats 1"},
+    // Every softmax whose backward the bench's own double-precision check computes.
+    {"bench attention",
+     "bench attention --n 97 --head-dim 16 --heads 2 --causal --backward --softmax softpick "
+     "--repeats 1"},
+    {"bench attention",
+     "bench attention --n 64 --head-dim 16 --heads 2 --backward --softmax sigmoid --repeats 1"},
+    {"bench attention",
+     "bench attention --n 64 --head-dim 16 --heads 2 --backward --softmax sink --repeats 1"},
     {"bench decode",
      "bench decode --len 64 --heads 2 --head-dim 16 --dtype f32,bf16 --repeats 1 --triad-mib 2"},
     {"bench model",
