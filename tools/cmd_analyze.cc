@@ -153,7 +153,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                            "entropy", "distance", "sink_mass", "previous_token", "induction",
                            "duplicate_token", "key_norm_ratio", "cos_q_key0", "sink_key",
                            "sink_key_excess", "gate_mean", "gate_std", "gate_share_closed",
-                           "dormant_share", "output_norm_ratio"});
+                           "dormant_share", "output_norm_ratio", "gate_first_mass"});
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
       const AttentionHeadStats& s = r.layers[l].attention.heads[h];
@@ -171,7 +171,8 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                            r.sink_key_excess[l][h], gate(&GateHeadStats::mean),
                            gate(&GateHeadStats::std), gate(&GateHeadStats::share_closed),
                            act(&HeadActivityStats::dormant_share),
-                           act(&HeadActivityStats::output_norm_ratio)});
+                           act(&HeadActivityStats::output_norm_ratio),
+                           gates.empty() ? NAN : act(&HeadActivityStats::gated_first_mass)});
     }
   }
   Check(heads.WriteTo(o.out + "/heads.csv"));

@@ -32,6 +32,7 @@ class WindowObserver : public ForwardObserver {
     att_.assign(L, {});
     q_.assign(L, {});
     real_share_.assign(L, {});
+    gate_.assign(L, {});
     if (l0_ == 0 && l1_ > 0) emb_.reserve(window_len * C);
     for (int64_t l = l0_; l < l1_; ++l) {
       res_[l].reserve(window_len * C);
@@ -71,6 +72,10 @@ class WindowObserver : public ForwardObserver {
     for (int64_t i = 0; i < t.len; ++i) {
       const float* q = t.qkv + i * Q;
       q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
+      if (t.gate) {  // [T, G] the gate's sigmoids (G = gate_dim())
+        const int64_t G = c_.gate_dim();
+        gate_[t.layer].insert(gate_[t.layer].end(), t.gate + i * G, t.gate + (i + 1) * G);
+      }
       // key_bias: the share 1 - P*_i = 1 - e^(s*_i - lse'_i) the real keys keep, [T, H].
       for (int64_t h = 0; t.key_bias_logits && h < H; ++h) {
         const int64_t r = h * t.len + i;
@@ -88,6 +93,7 @@ class WindowObserver : public ForwardObserver {
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
   std::vector<std::vector<float>> real_share_;     // per layer [T, H] (key_bias only)
+  std::vector<std::vector<float>> gate_;           // per layer [T, G] (output gate only)
   std::vector<AttentionTensor> k_all_, v_all_;
   std::vector<int64_t> len_k_;
   std::vector<AttentionParams> params_;
@@ -173,6 +179,21 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
   for (int64_t h = 0; h < H; ++h) {
     acc->heads[h].dormant_share += act[h].dormant ? 1.0 : 0.0;
     acc->heads[h].output_norm_ratio += act[h].output_norm_ratio;
+  }
+  const std::vector<float>& g = obs.gate_[l];
+  if (c.output_gate && static_cast<int64_t>(g.size()) == T * c.gate_dim()) {
+    const int64_t G = c.gate_dim(), per_head = G / H;  // 1 head-wise, hd element-wise
+    for (int64_t h = 0; h < H; ++h) {
+      double sum = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        double gi = 0;
+        for (int64_t e = h * per_head; e < (h + 1) * per_head; ++e) gi += g[i * G + e];
+        sum += gi / static_cast<double>(per_head) * first[h * T + i];
+      }
+      acc->heads[h].gated_first_mass += sum / static_cast<double>(T);
+    }
+  } else {
+    for (int64_t h = 0; h < H; ++h) acc->heads[h].gated_first_mass = std::nan("");
   }
   return Status::Ok();
 }
@@ -343,7 +364,9 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       const double n = static_cast<double>(x.windows);
       x.residual_peak.norm0 /= n, x.residual_peak.mean_other /= n, x.residual_peak.ratio /= n;
       for (double& d : x.value_drain) d /= n;
-      for (HeadActivityStats& h : x.heads) h.dormant_share /= n, h.output_norm_ratio /= n;
+      for (HeadActivityStats& h : x.heads) {
+        h.dormant_share /= n, h.output_norm_ratio /= n, h.gated_first_mass /= n;
+      }
     }
     if (c.output_gate) la.gate = gates[l].Finish();
   }
@@ -618,6 +641,9 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
         const GateHeadStats& g = la.gate[h];
         head["gate"] = {{"mean", JsonNumber(g.mean)}, {"std", JsonNumber(g.std)},
                         {"share_closed", JsonNumber(g.share_closed)}, {"values", g.values}};
+        head["gate"]["first_mass"] =
+            la.extreme.heads.empty() ? nlohmann::json(nullptr)
+                                     : JsonNumber(la.extreme.heads[h].gated_first_mass);
       }
       if (!la.patterns.heads.empty()) {
         const auto& d = la.patterns.heads[h].diagonal;

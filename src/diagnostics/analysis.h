@@ -68,6 +68,10 @@ struct HeadGeometry {  // averaged over windows
 struct HeadActivityStats {
   double dormant_share = 0;      // share of windows on which the head is dormant
   double output_norm_ratio = 0;  // mean over windows of HeadActivity::output_norm_ratio
+  // Output gate only (NaN without one): mean over rows of g_{i,h} P[i, 0], the first-token mass
+  // that survives the gate (Qiu et al. 2025), g_{i,h} the head's gate on row i (element-wise:
+  // the mean over its channels); compare with alpha_1.
+  double gated_first_mass = 0;
 };
 struct ExtremeTokens {
   int64_t windows = 0;                    // windows of >= 2 tokens (the means' denominator)

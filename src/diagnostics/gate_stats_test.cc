@@ -95,10 +95,16 @@ TEST(GateStats, AnalyzeReportsTheModelsGates) {
         EXPECT_NEAR(got.mean, mean, 1e-6) << "layer " << l << " head " << h;
         EXPECT_NEAR(got.std, std, 1e-5) << "layer " << l << " head " << h;
         EXPECT_EQ(got.values, 100 * per_head);
+        // A constant gate scales the first-token mass by itself: mean_i g P[i, 0] = g alpha_1.
+        const double a1 = r.value().layers[l].attention.heads[h].alpha[0];
+        EXPECT_NEAR(r.value().layers[l].extreme.heads[h].gated_first_mass, mean * a1,
+                    1e-6 * std::max(1e-3, a1))
+            << "layer " << l << " head " << h;
       }
     }
     const nlohmann::json j = AnalysisToJson(r.value(), ao);
     EXPECT_TRUE(j["layers"][0]["heads"][0].contains("gate"));
+    EXPECT_TRUE(j["layers"][0]["heads"][0]["gate"]["first_mass"].is_number());
   }
 }
 
