@@ -305,6 +305,20 @@ def sinks(cli, d):
           f"sinks: key_bias_mass {kb['key_bias_mass']} / max {kb['key_bias_mass_max']}")
     check(base["key_bias_mass"] == [] and base["key_bias_mass_max"] is None,
           "sinks: the baseline reports a key-bias mass")
+    # Gate-weighted first-token mass: gated variants only, [layers][heads], each at most its
+    # alpha_1 (a gate is in (0, 1)), the max and mean its summary.
+    for v in ("output_gate", "output_gate_elementwise"):
+        g, a = by[v]["gated_alpha1"], by[v]["alpha1"]
+        flat_g = [x for l in g for x in l]
+        check(len(g) == L and len(flat_g) == L * H and
+              all(0 <= x <= y + 1e-12 for x, y in zip(flat_g, [y for l in a for y in l])) and
+              by[v]["max_gated_alpha1"] == max(flat_g) and
+              abs(by[v]["mean_gated_alpha1"] - sum(flat_g) / len(flat_g)) < 1e-12,
+              f"sinks {v}: gated_alpha1 {g} against alpha1 {a}")
+    check(base["gated_alpha1"] == [] and base["max_gated_alpha1"] is None,
+          "sinks: the baseline reports a gated first-token mass")
+    check(all(r["massive_abs_max"] is not None and r["massive_abs_max"] > 0 for r in res["runs"]),
+          "sinks: massive_abs_max missing")
     # Streaming by the number of pinned tokens (Xiao et al. 2023, table 3): the baseline and the
     # two sink-token variants, S = 1 equal to the run's sink policy, and the claim's rule
     # (sink token without BOS, 1 sink <= 1.02x the baseline with 4) recomputed from the numbers.

@@ -172,8 +172,9 @@ class SinkObserver : public ForwardObserver {
  public:
   explicit SinkObserver(const ModelConfig& c)
       : c_(c), first_(c), alpha2_(c.n_layer, std::vector<double>(c.n_head, 0.0)),
-        bias_mass_(c.n_layer, std::vector<double>(c.n_head, 0.0)), massive_(c.n_layer, 0.0),
-        massive_at_first_(c.n_layer, 0) {}
+        bias_mass_(c.n_layer, std::vector<double>(c.n_head, 0.0)),
+        gated_(c.n_layer, std::vector<double>(c.n_head, 0.0)), massive_(c.n_layer, 0.0),
+        massive_abs_(c.n_layer, 0.0), massive_at_first_(c.n_layer, 0) {}
 
   void OnLayer(const LayerTensors& t) override {
     first_.OnLayer(t);
@@ -201,12 +202,31 @@ class SinkObserver : public ForwardObserver {
         }
         alpha2_[t.layer][h] += sum / static_cast<double>(T - 1);
       }
+      // Output gate: mean over rows of g_{i,h} P[i, 0] (element-wise: g averaged over the
+      // head's channels), the first-token mass that reaches the output projection.
+      const int64_t G = c_.gate_dim(), per_head = G / H;
+      for (int64_t h = 0; t.gate && h < H; ++h) {
+        const float* k0 = t.k_all.at(b, h / group, 0);
+        double sum = 0;
+        for (int64_t i = 0; i < T; ++i) {
+          const float* q = t.qkv + (b * T + i) * Q + h * hd;
+          double s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * k0[d];
+          const double p0 = internal::KeyWeightFromLse(c_.softmax, s * scale, t.lse[(b * H + h) * T + i],
+                                                       c_.effective_sigmoid_bias());
+          double g = 0;
+          for (int64_t e = h * per_head; e < (h + 1) * per_head; ++e) g += t.gate[(b * T + i) * G + e];
+          sum += g / static_cast<double>(per_head) * p0;
+        }
+        gated_[t.layer][h] += sum / static_cast<double>(T);
+      }
       auto m = ComputeMassiveActivations(MakeTokenMatrix(t.residual_out + b * T * C, T, C));
       if (m.ok()) {
         massive_[t.layer] += m.value().ratio;
+        massive_abs_[t.layer] += m.value().max_abs;
         massive_at_first_[t.layer] += m.value().max.token == 0;
       } else {
-        massive_[t.layer] = NAN;  // non-finite activations
+        massive_[t.layer] = massive_abs_[t.layer] = NAN;  // non-finite activations
       }
     }
   }
@@ -215,6 +235,14 @@ class SinkObserver : public ForwardObserver {
   std::vector<std::vector<double>> alpha2() const { return Mean(alpha2_); }
   // [layers][heads] mean key-bias mass per row (zero without key_bias).
   std::vector<std::vector<double>> bias_mass() const { return Mean(bias_mass_); }
+  // [layers][heads] mean gate-weighted first-token mass (zero without an output gate).
+  std::vector<std::vector<double>> gated() const { return Mean(gated_); }
+  // [layers] mean over sequences of the largest |activation| of the layer's output.
+  std::vector<double> massive_abs() const {
+    std::vector<double> r = massive_abs_;
+    for (double& x : r) x /= std::max<int64_t>(1, sequences_);
+    return r;
+  }
   std::vector<double> massive() const {
     std::vector<double> r = massive_;
     for (double& x : r) x /= std::max<int64_t>(1, sequences_);
@@ -234,8 +262,8 @@ class SinkObserver : public ForwardObserver {
   }
   ModelConfig c_;
   FirstTokenProbe first_;
-  std::vector<std::vector<double>> alpha2_, bias_mass_;
-  std::vector<double> massive_;
+  std::vector<std::vector<double>> alpha2_, bias_mass_, gated_;
+  std::vector<double> massive_, massive_abs_;
   std::vector<int64_t> massive_at_first_;
   int64_t sequences_ = 0;
 };
@@ -267,6 +295,9 @@ struct VariantRun {
   std::vector<std::vector<double>> alpha1, alpha2, last_row;
   std::vector<std::vector<double>> bias_mass;  // key_bias: [layers][heads] mean P* per row
   double bias_mass_max = NAN;                  // its largest head (NaN without key_bias)
+  std::vector<std::vector<double>> gated_alpha1;  // output gate: [layers][heads] mean g P[i, 0]
+  double gated_alpha1_max = NAN, gated_alpha1_mean = NAN;  // NaN without a gate
+  double massive_abs_max = NAN;  // the largest layer's mean max |activation|
   double uniform_last = 0;
   SinkSummary a1, a2, last;
   std::vector<double> massive;  // [layers], mean over sequences
@@ -383,6 +414,13 @@ Status MeasureVariant(Gpt& g, const Sizes& s, const SinkData& data, int32_t bos,
   run.a2 = Summarise(run.alpha2);
   run.last = Summarise(run.last_row);
   run.massive = obs.massive();
+  const std::vector<double> mabs = obs.massive_abs();
+  run.massive_abs_max = *std::max_element(mabs.begin(), mabs.end());
+  if (run.config.output_gate) {
+    run.gated_alpha1 = obs.gated();
+    const SinkSummary gs = Summarise(run.gated_alpha1);
+    run.gated_alpha1_max = gs.max, run.gated_alpha1_mean = gs.mean;
+  }
   run.massive_max = *std::max_element(run.massive.begin(), run.massive.end());
   run.massive_at_first = obs.massive_at_first();
   ATTNLAB_ASSIGN_OR_RETURN(run.first_token_sensitivity,
@@ -552,10 +590,15 @@ Status AddClaims(const Measured& m, ExperimentResult& r) {
     const char* src = std::string(id) == "softmax1"      ? "Miller 2023 (softmax1); Gu et al. 2024 (arXiv:2410.10781)"
                       : std::string(id) == "sink_logit" ? "gpt-oss (learned sink logit); Gu et al. 2024 (arXiv:2410.10781)"
                                                         : "Qiu et al. 2025 (gated attention, arXiv:2505.06708)";
+    const std::string gated =
+        run->config.output_gate
+            ? "; gate-weighted first-token mass max " + Fmt(run->gated_alpha1_max, "%.3f") + ", mean " +
+                  Fmt(run->gated_alpha1_mean, "%.3f") + " (alpha_1 mean " + Fmt(run->a1.mean, "%.3f") + ")"
+            : std::string();
     r.AddClaim(std::string(run->v->label) + " removes the need for a sink on token 0", src,
                "Sink_1^0.3 = 0 (no head puts > 0.3 of its attention on token 0 on average)",
                "Sink_1^0.3 " + Fmt(run->a1.rate, "%.2f") + ", max alpha_1 " + Fmt(run->a1.max, "%.3f") +
-                   " (baseline " + Fmt(base->a1.rate, "%.2f") + ", " + Fmt(base->a1.max, "%.3f") + ")",
+                   " (baseline " + Fmt(base->a1.rate, "%.2f") + ", " + Fmt(base->a1.max, "%.3f") + ")" + gated,
                RemovesSink(*run));
   }
   ATTNLAB_ASSIGN_OR_RETURN(const VariantRun* sig, Find(m, "sigmoid"));
@@ -657,6 +700,9 @@ nlohmann::json RunJson(const VariantRun& run) {
                       {"sink_ppl", JsonNumber(run.stream.sink)}, {"note", run.stream.note}}},
           {"first_token_sensitivity", JsonNumber(run.first_token_sensitivity)},
           {"key_bias_mass", run.bias_mass}, {"key_bias_mass_max", JsonNumber(run.bias_mass_max)},
+          {"gated_alpha1", run.gated_alpha1}, {"max_gated_alpha1", JsonNumber(run.gated_alpha1_max)},
+          {"mean_gated_alpha1", JsonNumber(run.gated_alpha1_mean)},
+          {"massive_abs_max", JsonNumber(run.massive_abs_max)},
           {"emergence", em}, {"seconds", run.seconds}};
 }
 
