@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   libeigen3-dev
   python3-torch python3-numpy
   python3-dev pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
+  libopenmpi-dev openmpi-bin
   time chromium
 )
 

@@ -3,8 +3,8 @@
 
 Issue 21: eval advanced its windows by T - 1 while each window scored T tokens, so the token at
 every window boundary was scored twice (--max-tokens 256 reported 257 tokens). Here the embedded
-default model (context 256, trained with a BOS token) scores the first N tokens of the bundled
-sample for N on both sides of the window size; the expected count and loss are rebuilt
+default model (trained with a BOS token; its context T read from data/default-model/config.json)
+scores the first N tokens of the bundled sample for N on both sides of the window size; the expected count and loss are rebuilt
 independently from `attnlab logits` (one forward per window over [BOS, tokens ...]) and a
 log-softmax in NumPy: window w holds [BOS, ids[wT .. wT+T-2]] and predicts ids[wT .. wT+T-1].
 
@@ -21,6 +21,11 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = os.path.join(HERE, "..", "data", "sample.txt")
+
+
+def default_context():
+    with open(os.path.join(HERE, "..", "data", "default-model", "config.json")) as f:
+        return int(json.load(f)["context"])
 
 
 def run(cli, *args):
@@ -46,8 +51,8 @@ def main():
         ids, bos = info["ids"], info["bos"]
         if bos is None:
             sys.exit("FAIL: the default model should have been trained with a BOS token")
-        T = 256  # the default model's context
-        for n in (1, 2, 255, 256, 257, 500, 511, 512, 513, 700):
+        T = default_context()
+        for n in (1, 2, T - 1, T, T + 1, 2 * T - 12, 2 * T - 1, 2 * T, 2 * T + 1, 2 * T + 188):
             got = json.loads(run(cli, "eval", "--text", SAMPLE, "--max-tokens", str(n), "--json"))
             nll, count = 0.0, 0
             for s in range(0, n, T):

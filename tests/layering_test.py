@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOWED = {
     "core": set(),
     "engine": {"core"},
+    "dist": {"core"},
     "report": {"core"},
     "tokenizer": {"core"},
     "cache": {"core", "engine"},
@@ -29,8 +30,8 @@ ALLOWED = {
     "formats": {"core", "model"},
     "inference": {"core", "engine", "cache", "model"},
     "diagnostics": {"core", "engine", "cache", "model"},
-    "train": {"core", "engine", "cache", "model", "formats"},
-    "experiments": {"core", "engine", "cache", "model", "formats", "tokenizer", "inference",
+    "train": {"core", "engine", "cache", "model", "formats", "dist"},
+    "experiments": {"core", "engine", "cache", "model", "formats", "tokenizer", "inference", "dist",
                     "diagnostics", "train", "report"},
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """`attnlab stream` and `attnlab generate` as a new user meets them (issue 21), on the embedded
-default model (context 256) and the bundled sample text:
+default model (its context C read from data/default-model/config.json) and the bundled sample text:
 
   * nothing is silently ignored or cut short: generate with the dense cache refuses up front a
     request that does not fit the context (exit 2, naming the limit and --policy sink), --window
@@ -21,6 +21,9 @@ import sys
 import tempfile
 
 FAILURES = []
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "default-model",
+                       "config.json")) as _f:
+    C = int(json.load(_f)["context"])  # the default model's context
 BANNED = ("degrade", "restores", "worse than sink")  # claims a tie must never make
 
 
@@ -65,19 +68,19 @@ def load_json(p, label):
 
 
 def check_generate(cli, d):
-    # The issue: 400 tokens with the default dense cache stopped at 251 with exit 0.
-    run(cli, "generate", "--prompt", "The jury said", "--max-tokens", "400", code=2,
-        needle=["--max-tokens 400", "context is 256", "at most 251", "--policy sink"])
+    # The issue: 400 tokens with the default dense cache (context 256) stopped at 251 with exit 0.
+    run(cli, "generate", "--prompt", "The jury said", "--max-tokens", str(C + 144), code=2,
+        needle=[f"--max-tokens {C + 144}", f"context is {C}", f"at most {C - 5}", "--policy sink"])
     # What fits is generated in full (or stops at end-of-text, and says so).
-    p = run(cli, "generate", "--prompt", "The jury said", "--max-tokens", "251",
+    p = run(cli, "generate", "--prompt", "The jury said", "--max-tokens", str(C - 5),
             "--temperature", "0", "--json")
-    j = load_json(p, "generate 251 --json")
+    j = load_json(p, f"generate {C - 5} --json")
     if j:
         expect(len(j["prompt_tokens"]) == 5, f"prompt tokens (BOS + 4): {j['prompt_tokens']}")
         expect(j["stop_reason"] in ("max-tokens", "end-of-text"), j["stop_reason"])
         if j["stop_reason"] == "max-tokens":
-            expect(j["tokens_generated"] == 251 == len(j["generated_tokens"]),
-                   f"generated {j['tokens_generated']} of 251")
+            expect(j["tokens_generated"] == C - 5 == len(j["generated_tokens"]),
+                   f"generated {j['tokens_generated']} of {C - 5}")
         else:
             expect("stopped early" in p.stderr, f"no note on the early stop: {p.stderr!r}")
         expect(j["policy"] == "dense" and j["window"] is None and j["sinks"] is None,
@@ -107,7 +110,7 @@ def check_generate(cli, d):
     run(cli, "generate", "--prompt", "x", "--policy", "recompute", code=2, needle="recompute")
     run(cli, "generate", "--prompt", "x", "--policy", "sink", "--kv-dtype", "bf16", code=2,
         needle="--kv-dtype")
-    run(cli, "generate", "--prompt", "x", "--policy", "sink", "--window", "300", code=2,
+    run(cli, "generate", "--prompt", "x", "--policy", "sink", "--window", str(C + 44), code=2,
         needle="exceeds the model's context")
     # --max-tokens N >= 1 (docs/CLI.md).
     run(cli, "generate", "--prompt", "x", "--max-tokens", "0", code=2, needle="--max-tokens")
@@ -124,8 +127,8 @@ def check_generate(cli, d):
     run(cli, "generate", "--text", f, "--prompt", "x", code=2)
     run(cli, "generate", "--text", os.path.join(d, "missing.txt"), code=1, needle="missing.txt")
     # A prompt longer than the context cannot use the dense cache at all.
-    run(cli, "generate", "--prompt", "the " * 300, "--max-tokens", "1", code=2,
-        needle=["context is 256", "--policy sink"])
+    run(cli, "generate", "--prompt", "the " * (C + 44), "--max-tokens", "1", code=2,
+        needle=[f"context is {C}", "--policy sink"])
 
 
 def check_stream_usage(cli, d):
@@ -142,7 +145,7 @@ def check_stream_usage(cli, d):
     run(cli, "stream", "--max-tokens", "0", code=2, needle="--max-tokens")
     run(cli, "stream", "--max-tokens", "-5", code=2, needle="--max-tokens")
     run(cli, "stream", "--policy", "foo", *n, code=2, needle="unknown cache policy 'foo'")
-    run(cli, "stream", "--policy", "sink", "--window", "300", *n, code=2,
+    run(cli, "stream", "--policy", "sink", "--window", str(C + 44), *n, code=2,
         needle="exceeds the model's context")
     run(cli, "stream", "--text", os.path.join(d, "missing.txt"), code=1, needle="missing.txt")
     afile = os.path.join(d, "afile")
@@ -161,7 +164,7 @@ def check_stream_json(cli, d):
         expect(r["tokens"] == 300, f"scored {r['tokens']} tokens, not 300 (BOS first)")
         expect(r["eviction_from_token"] == 33, f"eviction from {r['eviction_from_token']}")
         expect(all(c["cache_tokens"] <= 32 for c in r["chunks"]), str(r["chunks"]))
-        expect(j["window"] == 32 and j["sinks"] == 4 and j["context"] == 256, str(j)[:300])
+        expect(j["window"] == 32 and j["sinks"] == 4 and j["context"] == C, str(j)[:300])
     expect("sink" in p.stderr and "done: 300 tokens" in p.stderr,
            f"progress should go to stderr under --json: {p.stderr[-300:]!r}")
     out = os.path.join(d, "single")
@@ -212,9 +215,9 @@ def check_stream_reports(cli, d):
             expect(b not in t, f"short text: {b!r} claimed: {t!r}")
     expect("keeping a few sink tokens restores it" not in html, "the old fixed caption is back")
 
-    # 2. Eviction with the default window (256) on 600 tokens: window and sink tie, as on the
-    #    issue's GPL-3 (718.70 vs 718.49): the verdict must say so.
-    rep, _ = compare(cli, d, "tie", "--max-tokens", "600", "--chunk", "100")
+    # 2. Eviction with a 256-token window on 600 tokens: where window and sink tie, as on the
+    #    issue's GPL-3 (718.70 vs 718.49), the verdict must say so.
+    rep, _ = compare(cli, d, "tie", "--max-tokens", "600", "--window", "256", "--chunk", "100")
     ws = rep["comparison"]["window_vs_sink"]
     expect(ws is not None and ws["from_token"] == 257, str(ws))
     if ws and abs(ws["relative"]) <= 0.01:

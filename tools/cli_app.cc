@@ -16,6 +16,7 @@
 #include "attnlab/thread_pool.h"
 #include "build_info.h"
 #include "commands.h"
+#include "dist/comm.h"
 
 namespace attnlab::cli {
 namespace {
@@ -39,7 +40,8 @@ std::string VersionString() {
   }
   return "attnlab " + BuildVersion() + " (commit " + BuildCommit() + "; SIMD: kernels " +
          KernelSimd() + ", available " + available + "; baseline compiled for " + CompiledSimd() +
-         "; this CPU has " + CpuSimd() + ")";
+         "; this CPU has " + CpuSimd() + "; distributed: " +
+         (dist::BuiltWithMpi() ? "MPI" : "no, built without MPI") + ")";
 }
 
 // Edit distance, for "did you mean".

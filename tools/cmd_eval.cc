@@ -10,11 +10,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cli_model.h"
 #include "commands.h"
 #include "core/resources.h"
+#include "dist/comm.h"
 
 namespace attnlab::cli {
 namespace {
@@ -55,10 +58,15 @@ void Run(const EvalOptions& o) {
                            : "the text has fewer than 2 tokens (nothing predicts the first)");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  double nll = 0;
+  // Data parallel (`mpirun -np P attnlab eval`, docs/DISTRIBUTED.md): window w runs on rank
+  // w mod P. Each window's NLL lands in its own slot (zero on every other rank), the slots are
+  // summed over the ranks (x + 0 is exact) and then added in window order, so the result is
+  // bit for bit the single-process one.
+  dist::Comm& comm = dist::World();
+  std::vector<double> window_nll;
   int64_t scored = 0;
   std::vector<int32_t> x, y;
-  for (int64_t s = 0; s < N; s += step) {
+  for (int64_t s = 0, w = 0; s < N; s += step, ++w) {
     x.clear();
     y.clear();
     if (bos) {
@@ -74,11 +82,16 @@ void Run(const EvalOptions& o) {
     int64_t n = 0;
     for (int32_t v : y) n += v >= 0;
     if (n == 0) break;
+    scored += n;
+    window_nll.push_back(0.0);
+    if (w % comm.size() != comm.rank()) continue;
     double loss = 0;
     Check(g.Forward(x.data(), y.data(), 1, static_cast<int64_t>(x.size()), &loss));
-    nll += loss * n;
-    scored += n;
+    window_nll.back() = loss * n;
   }
+  Check(comm.AllReduceSum(std::span<double>(window_nll), "eval: the windows' losses"));
+  double nll = 0;
+  for (double v : window_nll) nll += v;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mean = nll / scored;
   if (o.json) {

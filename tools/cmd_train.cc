@@ -23,6 +23,7 @@
 #include "attnlab/thread_pool.h"
 #include "commands.h"
 #include "core/atomic_file.h"
+#include "dist/comm.h"
 #include "diagnostics/first_token_probe.h"
 #include "formats/checkpoint.h"
 #include "formats/load_model.h"
@@ -210,13 +211,17 @@ void Run(TrainFlags f) {
   std::fprintf(stderr,
                "model: %ld layers, d_model %ld, %ld heads (head_dim %ld), context %ld, vocab %ld, "
                "%.2fM parameters\ntraining: %ld steps x %ld sequences x %ld tokens (x%ld accum) "
-               "= %.1fM tokens on %d threads\n",
+               "= %.1fM tokens on %s%d threads\n",
                static_cast<long>(mc.n_layer), static_cast<long>(mc.d_model),
                static_cast<long>(mc.n_head), static_cast<long>(mc.head_dim()),
                static_cast<long>(mc.context), static_cast<long>(mc.vocab_size),
                ModelParameterCount(mc) / 1e6, static_cast<long>(o.steps),
                static_cast<long>(o.batch), static_cast<long>(T), static_cast<long>(o.accum),
-               static_cast<double>(o.steps) * o.batch * T * o.accum / 1e6, DefaultThreadCount());
+               static_cast<double>(o.steps) * o.batch * T * o.accum / 1e6,
+               dist::World().distributed()
+                   ? (std::to_string(dist::World().size()) + " ranks x ").c_str()
+                   : "",
+               DefaultThreadCount());
   if (o.probe_every > 0) o.probe = {MeasureFirstToken, FirstTokenProgressText};
   Trainer trainer(gpt.get(), o, std::move(train_tok.value().tokens),
                   std::move(val_tok.value().tokens));
@@ -242,6 +247,21 @@ void Run(TrainFlags f) {
     }
   }
   const double tokens = static_cast<double>(trainer.step() - first) * o.batch * T * o.accum;
+  // Data parallel: the gradient all-reduce per step, on rank 0 (dist/grad_reducer.h).
+  json comm = nullptr;
+  if (dist::World().distributed() && !h.empty()) {
+    double s = 0, hidden = 0, bytes = 0;
+    for (const TrainRecord& r : h) {
+      s += r.allreduce_s;
+      hidden += r.allreduce_hidden;
+      bytes += static_cast<double>(r.allreduce_bytes);
+    }
+    const double n = static_cast<double>(h.size());
+    comm = json{{"ranks", dist::World().size()},
+                {"allreduce_s_per_step", s / n},
+                {"allreduce_hidden", hidden / n},
+                {"allreduce_bytes_per_step", bytes / n}};
+  }
   if (f.json_out) {
     json j{{"steps", trainer.step() - first},
            {"seconds", secs},
@@ -249,13 +269,21 @@ void Run(TrainFlags f) {
            {"final_train_loss", h.empty() ? json(nullptr) : json(h.back().loss)},
            {"val_loss", val >= 0 ? json(val) : json(nullptr)},
            {"unigram_val_loss", unigram >= 0 ? json(unigram) : json(nullptr)},
-           {"checkpoint", f.out.empty() ? json(nullptr) : json(f.out)}};
+           {"checkpoint", f.out.empty() ? json(nullptr) : json(f.out)},
+           {"data_parallel", comm}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("trained %ld steps in %.1f s (%.0f tokens/s)\n", static_cast<long>(trainer.step() - first),
               secs, secs > 0 ? tokens / secs : 0.0);
   if (!h.empty()) std::printf("  final train loss %.4f\n", h.back().loss);
+  if (!comm.is_null()) {
+    std::printf("  %d ranks: gradient all-reduce %.1f ms and %.2f MB per step, %.0f%% of it hidden "
+                "behind the backward\n",
+                dist::World().size(), comm["allreduce_s_per_step"].get<double>() * 1e3,
+                comm["allreduce_bytes_per_step"].get<double>() / 1e6,
+                comm["allreduce_hidden"].get<double>() * 100);
+  }
   if (val >= 0) {
     std::printf("  validation loss  %.4f (perplexity %.2f)\n", val, std::exp(val));
   }

@@ -22,6 +22,7 @@ enum class StatusCode {
   kCorrupt,          // a file's contents contradict its own format
   kOutOfRange,       // a value is outside what is supported (e.g. sizes past limits)
   kInternal,         // a bug in attnlab
+  kUnavailable,      // another process of a distributed run did not answer in time
 };
 
 class [[nodiscard]] Status {
@@ -38,6 +39,9 @@ class [[nodiscard]] Status {
     return Status(StatusCode::kOutOfRange, std::move(msg));
   }
   static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
+  static Status Unavailable(std::string msg) {
+    return Status(StatusCode::kUnavailable, std::move(msg));
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -12,6 +12,7 @@ const char* CodeName(StatusCode code) {
     case StatusCode::kCorrupt: return "corrupt input";
     case StatusCode::kOutOfRange: return "out of range";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

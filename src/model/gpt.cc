@@ -1066,15 +1066,20 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
   EnsureGradients();
   const ModelConfig& c = config_;
   const int64_t N = N_, C = c.d_model, L = c.n_layer;
-  if (!HeadBackward(grad_scale, aux)) return Status::Ok();
+  if (!HeadBackward(grad_scale, aux)) {
+    if (backward_listener_) backward_listener_(-1);
+    return Status::Ok();
+  }
   if (aux && aux->residual) {  // dA/d residual(L)
     AddScaled(N, C, aux->residual + L * N * C, grad_scale, d_.residual.data(), *pool());
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     MlpBlockBackward(l);
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockBackward(l, MakeAttentionParams(l), grad_scale, aux));
+    if (backward_listener_) backward_listener_(l);
   }
   EmbedBackward();
+  if (backward_listener_) backward_listener_(-1);
   return Status::Ok();
 }
 

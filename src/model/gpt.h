@@ -8,6 +8,7 @@
 #define ATTNLAB_MODEL_GPT_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -91,6 +92,11 @@ class Gpt {
   const MatrixWeights* matrices() const { return mats_.get(); }
 
   void set_pool(ThreadPool* pool) { pool_ = pool; }
+  // Called by Backward as soon as gradients are final: with l after layer l's (l = L-1 .. 0;
+  // the parameters named h.{l}.*), then with -1 after the rest (embeddings, final norm, head).
+  // Data-parallel training starts summing a layer's gradients over the ranks there
+  // (dist/grad_reducer.h). Empty: none.
+  void set_backward_listener(std::function<void(int64_t layer)> f) { backward_listener_ = std::move(f); }
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
   // TransformerLens-style hook points (model/forward_hooks.h), for Forwards without a cache;
   // null: none. A Forward with a cache and hooks is refused.
@@ -214,6 +220,7 @@ class Gpt {
   std::unique_ptr<RopeTable> rope_;
   ThreadPool* pool_ = nullptr;
   ForwardObserver* observer_ = nullptr;
+  std::function<void(int64_t)> backward_listener_;
   ForwardHooks* hooks_ = nullptr;
   int64_t partial_layers_ = 0;  // set_partial_forward
   bool skip_head_ = false;

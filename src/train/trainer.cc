@@ -7,6 +7,7 @@
 #include "attnlab/thread_pool.h"
 #include "core/atomic_file.h"
 #include "formats/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/token_data.h"
 
 namespace attnlab {
@@ -67,7 +68,8 @@ nlohmann::json TrainOptions::ToJson() const {
                         {"grad_clip", opt.grad_clip},
                         {"eval_every", eval_every},
                         {"eval_batches", eval_batches},
-                        {"threads", DefaultThreadCount()}};
+                        {"threads", DefaultThreadCount()},
+                        {"ranks", (comm ? comm : &dist::World())->size()}};
 }
 
 Trainer::Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_tokens,
@@ -76,7 +78,8 @@ Trainer::Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_to
       options_(std::move(options)),
       train_(std::move(train_tokens)),
       val_(std::move(val_tokens)),
-      opt_(model->config(), options_.opt) {
+      opt_(model->config(), options_.opt),
+      comm_(options_.comm ? options_.comm : &dist::World()) {
   seq_len_ = options_.seq_len > 0 ? options_.seq_len : model->config().context;
   opt_ = AdamW(model->config(), [&] {
     AdamWConfig c = options_.opt;
@@ -107,16 +110,29 @@ Result<double> Trainer::Evaluate() {
   const int64_t B = options_.batch, T = seq_len_;
   double total = 0;
   int64_t n = 0;
+  const int P = comm_->size();
   for (int64_t i = 0; i < options_.eval_batches; ++i) {
     if (!EvalBatch(val_, i, B, T, options_.bos, inputs_.data(), targets_.data())) break;
     double loss = 0;
-    ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
-    total += loss;
+    if (P == 1) {
+      ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
+      total += loss;
+    } else {  // this rank's share; the weighted losses are summed over the ranks below
+      const BatchShare sh = ShareOfBatch(targets_.data(), B, T, comm_->rank(), P);
+      ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data() + sh.begin * T,
+                                              targets_.data() + sh.begin * T, sh.end - sh.begin,
+                                              T, &loss));
+      total += sh.weight * loss;
+    }
     ++n;
   }
   if (n == 0) {
     return Status::InvalidArgument("validation data has fewer than " +
                                    std::to_string(B * (T + 1)) + " tokens (one batch)");
+  }
+  if (P > 1) {
+    ATTNLAB_RETURN_IF_ERROR(comm_->AllReduceSum(std::span<double>(&total, 1),
+                                                "all-reduce of the validation loss"));
   }
   return total / n;
 }
@@ -133,12 +149,92 @@ Result<nlohmann::json> Trainer::Probe() {
 }
 
 Status Trainer::SaveCheckpointNow() {
-  if (options_.out_dir.empty()) return Status::Ok();
+  if (options_.out_dir.empty() || !comm_->root()) return Status::Ok();
   nlohmann::json meta = options_.meta;
   meta["step"] = opt_.step();
   meta["trainer"] = options_.ToJson();
   return SaveCheckpoint(options_.out_dir, model_->config(), model_->params(), &opt_.m(),
                         &opt_.v(), meta);
+}
+
+Status Trainer::AccumulateGradients(int64_t step, TrainRecord* rec, bool* finite) {
+  const int64_t B = options_.batch, T = seq_len_;
+  const int P = comm_->size();
+  model_->grads().Zero();
+  double loss_sum = 0, aux_sum = 0, div_sum = 0, con_sum = 0;
+  int64_t nonfinite = 0;
+  for (int64_t a = 0; a < options_.accum; ++a) {
+    FirstTokenAugment aug;
+    aug.replace = options_.first_token_replace;
+    aug.drop = options_.first_token_drop;
+    aug.vocab = static_cast<int32_t>(model_->config().vocab_size);
+    SampleBatchAugmented(train_, options_.seed, step * options_.accum + a, B, T, options_.bos,
+                         aug, inputs_.data(), targets_.data());
+    double loss = 0;
+    if (P == 1) {
+      ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
+      if (!std::isfinite(loss)) {
+        ++nonfinite;
+        break;
+      }
+      if (aux_) {
+        ATTNLAB_RETURN_IF_ERROR(aux_->Compute(*model_));
+        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum, &aux_->gradients()));
+        aux_sum += aux_->loss();
+        div_sum += aux_->diversity();
+        con_sum += aux_->contrastive();
+      } else {
+        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
+      }
+      loss_sum += loss;
+      continue;
+    }
+    // Data parallel: this rank's share. The last micro-batch's backward hands each finished
+    // layer to the reducer; a rank whose loss is not finite skips its backward but still takes
+    // part in every all-reduce (Finish marks the buckets), and the step is skipped everywhere.
+    const BatchShare sh = ShareOfBatch(targets_.data(), B, T, comm_->rank(), P);
+    const bool last = a + 1 == options_.accum;
+    const int64_t L = model_->config().n_layer;
+    if (last) {
+      reducer_->Begin("step " + std::to_string(step + 1));
+      model_->set_backward_listener(
+          [this, L](int64_t l) { reducer_->Ready(static_cast<size_t>(l >= 0 ? L - 1 - l : L)); });
+    }
+    Status st = model_->Forward(inputs_.data() + sh.begin * T, targets_.data() + sh.begin * T,
+                                sh.end - sh.begin, T, &loss);
+    if (st.ok() && std::isfinite(loss)) {
+      st = model_->Backward(static_cast<float>(sh.weight / options_.accum));
+      loss_sum += sh.weight * loss;
+    } else if (st.ok()) {
+      ++nonfinite;
+    }
+    if (last) {
+      model_->set_backward_listener(nullptr);
+      dist::ReduceTiming rt;
+      // Finish even after an error here: the other ranks are inside the same all-reduces.
+      const Status red = reducer_->Finish(&rt);
+      ATTNLAB_RETURN_IF_ERROR(st);
+      ATTNLAB_RETURN_IF_ERROR(red);
+      rec->allreduce_s = rt.comm_seconds;
+      rec->allreduce_hidden = rt.hidden();
+      rec->allreduce_bytes = rt.bytes;
+    }
+    ATTNLAB_RETURN_IF_ERROR(st);
+  }
+  if (P > 1) {
+    double sums[2] = {loss_sum, static_cast<double>(nonfinite)};
+    ATTNLAB_RETURN_IF_ERROR(comm_->AllReduceSum(std::span<double>(sums, 2),
+                                                "all-reduce of the loss, step " +
+                                                    std::to_string(step + 1)));
+    loss_sum = sums[0];
+    nonfinite = static_cast<int64_t>(sums[1]);
+  }
+  *finite = nonfinite == 0;
+  rec->loss = *finite ? loss_sum / options_.accum : NAN;  // logged as null
+  rec->aux_loss = aux_sum / options_.accum;
+  rec->diversity = div_sum / options_.accum;
+  rec->contrastive = con_sum / options_.accum;
+  return Status::Ok();
 }
 
 Status Trainer::Run(int64_t until) {
@@ -159,17 +255,36 @@ Status Trainer::Run(int64_t until) {
   if ((options_.first_token_replace > 0 || options_.first_token_drop > 0) && options_.bos < 0) {
     return Status::InvalidArgument("first-token augmentation needs a BOS token (options.bos)");
   }
+  const int P = comm_->size();
+  const bool root = comm_->root();
+  if (P > 1) {
+    if (aux_ || options_.auxiliary) {
+      return Status::InvalidArgument(
+          "the auxiliary losses (diversity, contrastive) are not supported in a distributed run "
+          "(" + std::to_string(P) + " ranks): their value is not a sum over sequences");
+    }
+    if (B < P) {
+      return Status::InvalidArgument("batch " + std::to_string(B) + " is smaller than the " +
+                                     std::to_string(P) + " ranks: every rank needs a sequence");
+    }
+    if (!reducer_) {
+      ParameterStore& g = model_->grads();
+      reducer_ = std::make_unique<dist::GradientReducer>(
+          comm_, g.data(), g.size(), BackwardBuckets(g, model_->config().n_layer));
+    }
+  }
   // The log (one JSON record per step) sits next to the checkpoint and is rewritten atomically
   // just before every checkpoint. A crash between the two leaves the log ahead of the saved
   // state, never behind it (it would then lack records that no resumed run replays); a resumed
   // run drops the records after its checkpoint's step before appending.
   std::string log_path, log_text;
-  if (!options_.out_dir.empty()) {
+  if (!options_.out_dir.empty() && root) {  // rank 0 writes the log and the checkpoints
     log_path = options_.out_dir + ".log.jsonl";
     auto old = ReadFileToString(log_path, int64_t{1} << 30);
     if (old.ok()) log_text = TruncateLogAfter(old.value(), opt_.step());
   }
   auto save = [&]() -> Status {
+    if (!root) return Status::Ok();
     if (!log_path.empty()) ATTNLAB_RETURN_IF_ERROR(WriteFileAtomically(log_path, log_text));
     return SaveCheckpointNow();
   };
@@ -179,43 +294,14 @@ Status Trainer::Run(int64_t until) {
   const int64_t start_step = opt_.step();
   while (opt_.step() < stop) {
     const int64_t step = opt_.step();
-    model_->grads().Zero();
-    double loss_sum = 0, aux_sum = 0, div_sum = 0, con_sum = 0;
+    TrainRecord rec;
     bool finite = true;
-    for (int64_t a = 0; a < options_.accum; ++a) {
-      FirstTokenAugment aug;
-      aug.replace = options_.first_token_replace;
-      aug.drop = options_.first_token_drop;
-      aug.vocab = static_cast<int32_t>(model_->config().vocab_size);
-      SampleBatchAugmented(train_, options_.seed, step * options_.accum + a, B, T, options_.bos,
-                           aug, inputs_.data(), targets_.data());
-      double loss = 0;
-      ATTNLAB_RETURN_IF_ERROR(model_->Forward(inputs_.data(), targets_.data(), B, T, &loss));
-      if (!std::isfinite(loss)) {
-        finite = false;
-        break;
-      }
-      if (aux_) {
-        ATTNLAB_RETURN_IF_ERROR(aux_->Compute(*model_));
-        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum, &aux_->gradients()));
-        aux_sum += aux_->loss();
-        div_sum += aux_->diversity();
-        con_sum += aux_->contrastive();
-      } else {
-        ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
-      }
-      loss_sum += loss;
-    }
-    double extra = 0;
-    if (finite && options_.auxiliary) {
+    ATTNLAB_RETURN_IF_ERROR(AccumulateGradients(step, &rec, &finite));
+    if (finite && options_.auxiliary) {  // single process only (checked above)
+      double extra = 0;
       ATTNLAB_RETURN_IF_ERROR(options_.auxiliary(*model_, &extra));
     }
-    TrainRecord rec;
     rec.lr = LearningRateAt(opt_.config(), step);
-    rec.loss = finite ? loss_sum / options_.accum : NAN;  // logged as null
-    rec.aux_loss = aux_sum / options_.accum;
-    rec.diversity = div_sum / options_.accum;
-    rec.contrastive = con_sum / options_.accum;
     double norm = NAN;
     if (finite) norm = opt_.Step(model_->params(), model_->grads());
     rec.grad_norm = norm;
@@ -224,7 +310,7 @@ Status Trainer::Run(int64_t until) {
       rec.skipped = true;
       rec.step = step;
       ++bad;
-      std::fprintf(stderr, "step %ld: %s; update skipped (%ld in a row)\n",
+      if (root) std::fprintf(stderr, "step %ld: %s; update skipped (%ld in a row)\n",
                    static_cast<long>(step + 1),
                    finite ? "gradient norm is NaN/Inf" : "loss is NaN/Inf", static_cast<long>(bad));
       if (bad >= options_.max_bad_steps) {
@@ -243,7 +329,7 @@ Status Trainer::Run(int64_t until) {
     if (last || (options_.eval_every > 0 && opt_.step() % options_.eval_every == 0)) {
       ATTNLAB_ASSIGN_OR_RETURN(rec.val_loss, Evaluate());
     }
-    if (options_.probe_every > 0 && (opt_.step() % options_.probe_every == 0 || last)) {
+    if (root && options_.probe_every > 0 && (opt_.step() % options_.probe_every == 0 || last)) {
       ATTNLAB_ASSIGN_OR_RETURN(rec.probe, Probe());
     }
     const auto now = std::chrono::steady_clock::now();
@@ -253,12 +339,16 @@ Status Trainer::Run(int64_t until) {
       const double elapsed = std::chrono::duration<double>(now - t_start).count();
       const double done = static_cast<double>(opt_.step() - start_step);
       const double eta = done > 0 ? elapsed / done * (stop - opt_.step()) : 0;
-      if (!options_.quiet) {
+      if (!options_.quiet && root) {
         std::fprintf(stderr, "step %5ld/%ld | loss %.4f | lr %.2e | grad %.2f | %6.0f tok/s | ETA %s",
                      static_cast<long>(opt_.step()), static_cast<long>(options_.steps), rec.loss,
                      rec.lr, rec.grad_norm, rec.tokens_per_s, FormatDuration(eta).c_str());
         if (rec.val_loss >= 0) std::fprintf(stderr, " | val %.4f", rec.val_loss);
         if (aux_) std::fprintf(stderr, " | aux %.4f", rec.aux_loss);
+        if (P > 1) {
+          std::fprintf(stderr, " | %d ranks, all-reduce %.0f ms (%.0f%% hidden)", P,
+                       rec.allreduce_s * 1e3, rec.allreduce_hidden * 100);
+        }
         if (!rec.probe.is_null() && options_.probe.progress) {
           std::fprintf(stderr, " | %s", options_.probe.progress(rec.probe).c_str());
         }
@@ -279,6 +369,12 @@ Status Trainer::Run(int64_t until) {
         j["contrastive"] = rec.contrastive;
       }
       if (!rec.probe.is_null()) j["probe"] = rec.probe;
+      if (P > 1) {
+        j["ranks"] = P;
+        j["allreduce_s"] = rec.allreduce_s;
+        j["allreduce_hidden"] = rec.allreduce_hidden;
+        j["allreduce_bytes"] = rec.allreduce_bytes;
+      }
       log_text += j.dump() + "\n";
     }
     if (options_.checkpoint_every > 0 && opt_.step() % options_.checkpoint_every == 0 && !last) {

@@ -5,6 +5,15 @@
 // optimizer are bit-deterministic for a fixed thread count, and a checkpoint stores parameters,
 // both AdamW moments and the step. A run resumed from step s therefore produces exactly the
 // losses of the uninterrupted run from step s on.
+//
+// Data parallel (issue 36): under `mpirun -np P` (dist::World() has P ranks) every micro-batch
+// is shared among the ranks (train/data_parallel.h: rank r runs a contiguous share of the
+// sequences), gradients are summed over the ranks bucket by bucket while the backward runs
+// (dist/grad_reducer.h), and every rank takes the same optimizer step. The global batch, the
+// schedule and the checkpoint do not depend on P, so P = 1 and P = 2 give the same losses to
+// rounding, and a run saved with one P resumes with another. Rank 0 alone writes checkpoints,
+// the log and the progress line; the probe runs on rank 0. The auxiliary losses are refused
+// when P > 1 (their value is not a sum over sequences).
 #ifndef ATTNLAB_TRAIN_TRAINER_H_
 #define ATTNLAB_TRAIN_TRAINER_H_
 
@@ -16,6 +25,8 @@
 #include <vector>
 
 #include "attnlab/status.h"
+#include "dist/comm.h"
+#include "dist/grad_reducer.h"
 #include "model/gpt.h"
 #include "train/auxiliary_losses.h"
 #include "train/optimizer.h"
@@ -63,6 +74,8 @@ struct TrainOptions {
   double diversity_weight = 0, contrastive_weight = 0;
   bool quiet = false;  // no progress line (tests)
   nlohmann::json meta = nlohmann::json::object();  // stored in checkpoints (tokenizer, data...)
+  // The ranks sharing each batch (data parallel); null: dist::World().
+  dist::Comm* comm = nullptr;
 
   nlohmann::json ToJson() const;
 };
@@ -72,6 +85,10 @@ struct TrainRecord {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   double val_loss = -1;  // < 0: not evaluated at this step
   bool skipped = false;  // NaN/Inf: the update was skipped
+  // Distributed runs only (P > 1): this rank's gradient all-reduce in this step.
+  double allreduce_s = 0;       // on the communication thread
+  double allreduce_hidden = 1;  // share of it the backward hid (1 - exposed / allreduce_s)
+  int64_t allreduce_bytes = 0;  // sent by this rank
   double aux_loss = 0;   // weighted auxiliary loss (diversity_weight D + contrastive_weight I)
   double diversity = 0, contrastive = 0;  // D and I (unweighted), 0 when off
   nlohmann::json probe;  // null, or what TrainOptions::probe measured at this step
@@ -109,8 +126,15 @@ class Trainer {
   AdamW opt_;
   std::vector<TrainRecord> history_;
   std::unique_ptr<AuxiliaryLosses> aux_;  // null when both weights are 0
-  std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> inputs_, targets_;  // one global batch [batch, seq_len]
   int64_t seq_len_ = 0;
+  dist::Comm* comm_;                                  // options.comm or dist::World()
+  std::unique_ptr<dist::GradientReducer> reducer_;    // P > 1 only
+
+  // One optimizer step's forwards and backwards over options.accum micro-batches (this rank's
+  // share of each), the gradients summed over the ranks: fills rec's loss, auxiliary terms and
+  // all-reduce timing; *finite is false when the loss of any micro-batch on any rank was not.
+  Status AccumulateGradients(int64_t step, TrainRecord* rec, bool* finite);
 };
 
 }  // namespace attnlab
