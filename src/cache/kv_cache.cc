@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace attnlab {
 
@@ -13,13 +14,34 @@ Status internal::SequencePositions(int64_t size, int64_t T, std::vector<int64_t>
 }
 
 DenseKvCache::DenseKvCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim)
-    : n_layer_(n_layer), kv_heads_(kv_heads), head_dim_(head_dim), k_(n_layer), v_(n_layer) {}
+    : n_layer_(n_layer),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      last_layer_(n_layer),
+      k_(n_layer),
+      v_(n_layer) {}
+
+Status DenseKvCache::HoldLayers(int64_t first, int64_t last) {
+  if (first < 0 || last > n_layer_ || first >= last) {
+    return Status::InvalidArgument("layers [" + std::to_string(first) + ", " +
+                                   std::to_string(last) + ") of a " + std::to_string(n_layer_) +
+                                   "-layer cache");
+  }
+  if (size_ > 0 || capacity_ > 0) return Status::InvalidArgument("HoldLayers after the first step");
+  first_layer_ = first;
+  last_layer_ = last;
+  return Status::Ok();
+}
 
 void DenseKvCache::Grow(int64_t needed) {
   if (needed <= capacity_) return;
   const int64_t cap = internal::DenseCacheCapacity(needed, capacity_);
-  internal::RelayoutDenseCache(&k_, kv_heads_, head_dim_, size_, capacity_, cap);
-  internal::RelayoutDenseCache(&v_, kv_heads_, head_dim_, size_, capacity_, cap);
+  for (auto* bufs : {&k_, &v_}) {
+    std::vector<AlignedBuffer<float>> held(last_layer_ - first_layer_);
+    for (int64_t l = first_layer_; l < last_layer_; ++l) held[l - first_layer_] = std::move((*bufs)[l]);
+    internal::RelayoutDenseCache(&held, kv_heads_, head_dim_, size_, capacity_, cap);
+    for (int64_t l = first_layer_; l < last_layer_; ++l) (*bufs)[l] = std::move(held[l - first_layer_]);
+  }
   capacity_ = cap;
 }
 
@@ -33,6 +55,11 @@ Status DenseKvCache::BeginStep(int64_t T, std::vector<int64_t>* positions) {
 Status DenseKvCache::Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
                             const RopeTable* rope, AttentionTensor* k_all,
                             AttentionTensor* v_all, int64_t* len_k) {
+  if (layer < first_layer_ || layer >= last_layer_) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " is not held by this cache (layers " +
+                                   std::to_string(first_layer_) + " to " +
+                                   std::to_string(last_layer_ - 1) + ")");
+  }
   const int64_t hd = head_dim_;
   for (int64_t t = 0; t < pending_; ++t) {
     for (int64_t h = 0; h < kv_heads_; ++h) {
@@ -75,7 +102,8 @@ void DenseKvCache::EndStep() {
 }
 
 int64_t DenseKvCache::bytes() const {
-  return 2 * n_layer_ * kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(float));
+  return 2 * (last_layer_ - first_layer_) * kv_heads_ * capacity_ * head_dim_ *
+         static_cast<int64_t>(sizeof(float));
 }
 
 LinearAttentionCache::LinearAttentionCache(int64_t n_layer, int64_t kv_heads, int64_t head_dim)

@@ -95,10 +95,17 @@ class DenseKvCache : public KvCache {
   void EndStep() override;
   int64_t bytes() const override;
   void Clear() { size_ = 0; }
+  // Only layers [first, last) will be updated: the others get no storage (an Update of one is
+  // an error). For forwards that run a group of layers (Gpt::set_forward_start). Call before the
+  // first step.
+  Status HoldLayers(int64_t first, int64_t last);
+  // Storage for `tokens` tokens at once (no doubling copies when the length is known).
+  void Reserve(int64_t tokens) { Grow(tokens); }
 
  private:
   void Grow(int64_t needed);
   int64_t n_layer_, kv_heads_, head_dim_;
+  int64_t first_layer_ = 0, last_layer_;  // the layers held
   int64_t size_ = 0, pending_ = 0, capacity_ = 0;
   // Per layer: [kv_heads, capacity, head_dim].
   std::vector<AlignedBuffer<float>> k_, v_;

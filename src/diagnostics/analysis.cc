@@ -100,12 +100,17 @@ class WindowObserver : public ForwardObserver {
   std::vector<std::vector<float>> sinks_;
 };
 
-// Runs one sequence through a fresh dense cache in chunks, with the observer attached.
-// Layers [0, layers) only, and never the LM head (the analysis reads no logits).
+// Runs one sequence through a cache in chunks, with the observer attached: layers
+// [first, last) only, the stream entering `first` > 0 read from residual_in ([rows, d_model]),
+// and never the LM head (the analysis reads no logits).
 Status RunSequence(Gpt& model, const std::vector<int32_t>& seq, int64_t chunk, DenseKvCache* cache,
-                   ForwardObserver* obs, int64_t layers) {
+                   ForwardObserver* obs, int64_t first, int64_t last,
+                   const std::vector<float>& residual_in, Gpt::ForwardProfile* profile) {
   model.set_observer(obs);
-  model.set_partial_forward(layers, /*skip_head=*/true);
+  model.set_partial_forward(last, /*skip_head=*/true);
+  const int64_t C = model.config().d_model;
+  model.set_forward_start(first, residual_in.data(), static_cast<int64_t>(residual_in.size()) / C);
+  model.set_profile(profile);
   Status st;
   for (int64_t s = 0; s < static_cast<int64_t>(seq.size()) && st.ok(); s += chunk) {
     const int64_t n = std::min<int64_t>(chunk, seq.size() - s);
@@ -113,6 +118,8 @@ Status RunSequence(Gpt& model, const std::vector<int32_t>& seq, int64_t chunk, D
   }
   model.set_observer(nullptr);
   model.set_partial_forward(0, false);
+  model.set_forward_start(0, nullptr, 0);
+  model.set_profile(nullptr);
   return st;
 }
 
@@ -320,24 +327,52 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     seq.insert(seq.end(), tokens.begin() + s, tokens.begin() + e);
     const int64_t T = static_cast<int64_t>(seq.size());
     if (w == 0) r.first_window = seq;
-    // The layers' streams in groups that fit the budget, one pass over the window per group. The
-    // first pass runs every layer (the attention statistics need them all) and keeps the last
-    // group; the others stop after their group's last layer.
+    // The layers' streams in groups that fit the budget, one pass over the window per group, in
+    // layer order: each pass starts from the stream the previous one's last layer left (kept,
+    // [T, d_model]) and runs only its own layers, so the passes add up to one forward. Each
+    // pass's observer feeds the attention statistics of its layers.
     const int64_t per_pass = LayersPerPass(c, T, o.stream_budget_bytes);
     std::vector<std::pair<int64_t, int64_t>> groups;
     for (int64_t l0 = 0; l0 < L; l0 += per_pass) groups.push_back({l0, std::min(L, l0 + per_pass)});
-    std::rotate(groups.begin(), groups.end() - 1, groups.end());
     if (w == 0) r.passes = static_cast<int64_t>(groups.size());
+    const bool long_window = T >= 2048;
+    std::vector<float> handoff;
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto [l0, l1] = groups[g];
-      WindowObserver obs(c, g == 0 ? &stats : nullptr, T, l0, l1,
-                         g == 0 && c.output_gate ? &gates : nullptr);
+      const auto tp = std::chrono::steady_clock::now();
+      WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr);
       DenseKvCache cache(L, c.kv_heads(), hd);
-      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, g == 0 ? L : l1));
+      ATTNLAB_RETURN_IF_ERROR(cache.HoldLayers(l0, l1));
+      cache.Reserve(T + (c.sink_token ? 1 : 0));
+      Gpt::ForwardProfile prof;
+      ATTNLAB_RETURN_IF_ERROR(
+          RunSequence(model, seq, o.chunk, &cache, &obs, l0, l1, handoff, &prof));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
+      const auto tm = std::chrono::steady_clock::now();
       ATTNLAB_RETURN_IF_ERROR(LayerMetrics(c, o, ro, obs, l0, l1, T, w, &r));
+      const double metrics_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tm).count();
+      r.phases.attention += prof.attention;
+      r.phases.attention_statistics += prof.observer;
+      r.phases.weights_and_rest += prof.total - prof.attention - prof.observer;
+      r.phases.layer_metrics += metrics_s;
+      if (g + 1 < groups.size()) handoff = std::move(obs.res_[l1 - 1]);
+      if (progress && long_window) {
+        // Per pass on a long window: what is done, how long the pass took, and what is left
+        // at that pace (the passes differ only in their number of layers).
+        const double pass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+        const double done_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double layers_left = static_cast<double>(L - l1) + static_cast<double>(L) * (n_windows - 1 - w);
+        std::fprintf(stderr,
+                     "analyze: window %ld/%ld (%ld tokens), layers %ld-%ld done (pass %zu/%zu, "
+                     "%.1f s: forward %.1f s of which attention %.1f s and its statistics %.1f s, "
+                     "metrics %.1f s); %.0f s so far, about %.0f s left\n",
+                     static_cast<long>(w + 1), static_cast<long>(n_windows), static_cast<long>(T),
+                     static_cast<long>(l0), static_cast<long>(l1 - 1), g + 1, groups.size(), pass_s,
+                     prof.total, prof.attention, prof.observer, metrics_s, done_s,
+                     pass_s / static_cast<double>(l1 - l0) * layers_left);
+      }
     }
-    if (progress && (w % 16 == 15 || w + 1 == n_windows)) {
+    if (progress && !long_window && (w % 16 == 15 || w + 1 == n_windows)) {
       std::fprintf(stderr, "analyze: window %ld/%ld (%ld tokens)%s\n", static_cast<long>(w + 1),
                    static_cast<long>(n_windows), static_cast<long>(e),
                    groups.size() > 1 ? (", " + std::to_string(groups.size()) +
@@ -347,7 +382,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   }
 
   r.windows = n_windows;
-  // Passes visit layer groups out of order; the maps are reported by layer (one pass's order).
+  // The maps are reported by layer.
   std::stable_sort(r.maps.begin(), r.maps.end(),
                    [](const AttentionMap& x, const AttentionMap& y) { return x.layer < y.layer; });
   DivideStream(r.embedding, n_windows);
@@ -396,7 +431,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       seq.insert(seq.end(), rnd.begin(), rnd.end());
       WindowObserver obs(c, &pstats, static_cast<int64_t>(seq.size()), 0, 0);
       DenseKvCache cache(L, c.kv_heads(), hd);
-      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, L));
+      ATTNLAB_RETURN_IF_ERROR(RunSequence(model, seq, o.chunk, &cache, &obs, 0, L, {}, nullptr));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
     }
     for (int64_t l = 0; l < L; ++l) r.layers[l].patterns = pstats[l].Finish();
@@ -690,7 +725,12 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"sink_keys", SinkKeysJson(r, o)}}},
           {"embedding", StreamJson(r.embedding)},
           {"layers", layers},
-          {"run", {{"seconds", r.seconds}, {"peak_rss_bytes", r.peak_rss_bytes}}}};
+          {"run", {{"seconds", r.seconds},
+                  {"peak_rss_bytes", r.peak_rss_bytes},
+                  {"phases", {{"attention_seconds", r.phases.attention},
+                              {"attention_statistics_seconds", r.phases.attention_statistics},
+                              {"weights_and_rest_seconds", r.phases.weights_and_rest},
+                              {"layer_metrics_seconds", r.phases.layer_metrics}}}}}};
 }
 
 }  // namespace attnlab

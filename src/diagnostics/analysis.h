@@ -33,8 +33,9 @@ struct AnalysisOptions {
   int64_t chunk = 256;     // query rows per cached forward
   // Bytes the per-layer streams of one window (residual, attention output, queries: the
   // representation metrics' inputs) may take; more layers than fit are analysed in further
-  // passes over the window, each keeping one group (the first pass runs every layer and feeds the
-  // attention statistics, the others stop after their group). 0: one pass, every layer's streams.
+  // passes over the window, each keeping one group: pass g starts from the stream the previous
+  // pass's last layer left (one [T, d_model] kept between passes) and runs only its layers, so
+  // the passes together cost one forward. 0: one pass, every layer's streams.
   int64_t stream_budget_bytes = 0;
   int64_t first_k = 4;     // alpha_k, first-k mass for k = 1..first_k
   int64_t sink_search = 32;  // each head's sink is looked for among keys 0 .. sink_search - 1
@@ -124,6 +125,12 @@ struct AnalysisResult {
   std::vector<int32_t> first_window;  // the ids of window 0 (BOS first if any): key j's token
   double seconds = 0;
   int64_t peak_rss_bytes = 0;
+  // Where the seconds went (report.json run.phases): the attention kernel, the attention
+  // statistics the forward feeds (attention_stats.h), the rest of the forward (weight products,
+  // norms, RoPE, cache), and the representation / head / extreme-token metrics after each pass.
+  struct Phases {
+    double attention = 0, attention_statistics = 0, weights_and_rest = 0, layer_metrics = 0;
+  } phases;
 };
 
 inline constexpr double kMaxUniformForVerdict = 0.5;

@@ -4,6 +4,7 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -19,6 +20,10 @@
 namespace attnlab {
 
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The key bias's view of one attention call: q rows of the [N, Q] qkv buffer, default scale.
 internal::KeyBiasShape KeyBiasShapeOf(const ModelConfig& c, int64_t B, int64_t Tm) {
@@ -551,7 +556,9 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kRotQ, l, a.qkv, 0, H));
     ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kRotK, l, a.qkv, H * hd, Hkv));
   }
+  const auto t_att = std::chrono::steady_clock::now();
   ATTNLAB_RETURN_IF_ERROR(AttentionCoreForward(l, ap, cache, shape, Const(views.q), k_all, v_all));
+  if (profile_) profile_->attention += SecondsSince(t_att);
   if (lp.key_bias) {  // the zero-value key's entry joins each row (key_bias.h)
     internal::KeyBiasForward(KeyBiasShapeOf(c, B, Tm), views.q.data, lp.key_bias, a.att, a.lse,
                              a.kb_logit, tp);
@@ -798,18 +805,39 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   ATTNLAB_RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, B, T, cache));
   const ModelConfig& c = config_;
   const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0;
+  const auto t_start = std::chrono::steady_clock::now();
   cached_ = cache != nullptr;
+  const int64_t first = cache ? start_layer_ : 0;
+  const int64_t rows_before = cache ? cache->size() : 0;
+  if (first < 0 || first >= c.n_layer) {
+    return Status::InvalidArgument("the forward's first layer " + std::to_string(first) +
+                                   " is outside [0, " + std::to_string(c.n_layer) + ")");
+  }
+  if (first > 0 && B != 1) {
+    return Status::InvalidArgument("a forward from layer " + std::to_string(first) +
+                                   " takes one sequence, not " + std::to_string(B));
+  }
   EnsureActivations(B, T + off);
   has_targets_ = targets != nullptr && !cache;
   ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
-  if (Hooked(HookPoint::kEmbed, -1) || Hooked(HookPoint::kPosEmbed, -1)) {
+  if (first > 0) {
+    // The stream entering layer `first` for these rows, from set_forward_start.
+    if (!start_residual_ || rows_before + N_ > start_rows_) {
+      return Status::InvalidArgument(
+          "a forward from layer " + std::to_string(first) + " needs the residual rows " +
+          std::to_string(rows_before) + ".." + std::to_string(rows_before + N_ - 1) + ", but " +
+          std::to_string(start_rows_) + " were given");
+    }
+    std::memcpy(acts_.res.data() + ResidualSlot(first) * N_ * c.d_model,
+                start_residual_ + rows_before * c.d_model, sizeof(float) * N_ * c.d_model);
+  } else if (Hooked(HookPoint::kEmbed, -1) || Hooked(HookPoint::kPosEmbed, -1)) {
     ATTNLAB_RETURN_IF_ERROR(EmbedForwardHooked());
   } else {
     EmbedForward();
   }
   const int64_t layers =
       cache && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
-  for (int64_t l = 0; l < layers; ++l) {
+  for (int64_t l = first; l < layers; ++l) {
     const AttentionParams ap = MakeAttentionParams(l);
     LayerTensors seen;
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
@@ -820,7 +848,9 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     if (observer_) {
       seen.residual_out = Layer(l).out;
       seen.attention = &ap;
+      const auto t0 = std::chrono::steady_clock::now();
       observer_->OnLayer(seen);
+      if (profile_) profile_->observer += SecondsSince(t0);
     }
   }
   if (cache && (skip_head_ || layers < c.n_layer)) {
@@ -829,6 +859,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     ATTNLAB_RETURN_IF_ERROR(HeadForward(targets, loss));
   }
   if (cache) cache->EndStep();
+  if (profile_) profile_->total += SecondsSince(t_start);
   return Status::Ok();
 }
 

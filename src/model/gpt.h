@@ -109,6 +109,24 @@ class Gpt {
     partial_layers_ = layers;
     skip_head_ = skip_head;
   }
+  // With a cache only: cached Forwards start at layer `first` (> 0), the stream entering it
+  // read from residual_in ([rows, d_model]: row r is the r-th row the cache has seen, the
+  // dedicated sink token's row included, i.e. the rows an observer saw leave layer first - 1)
+  // instead of computed from the tokens, which still give the positions. Layers below `first`
+  // are not run and their part of the cache stays empty. first = 0: from the embeddings.
+  // Diagnostics analyse a long window in layer groups this way, one forward's work in all.
+  void set_forward_start(int64_t first, const float* residual_in, int64_t rows) {
+    start_layer_ = first;
+    start_residual_ = residual_in;
+    start_rows_ = rows;
+  }
+  // Seconds spent in parts of Forward, accumulated while set (null: not measured).
+  struct ForwardProfile {
+    double total = 0;      // Forward
+    double attention = 0;  // the attention kernel (AttentionCoreForward)
+    double observer = 0;   // the observer's OnLayer (diagnostics fed by the forward)
+  };
+  void set_profile(ForwardProfile* p) { profile_ = p; }
 
   // Runs the model on tokens [B, T] (T <= context, every token in [0, vocab)). With targets
   // ([B, T], -1 = ignore) computes the mean cross-entropy into *loss and keeps what Backward
@@ -223,6 +241,9 @@ class Gpt {
   std::function<void(int64_t)> backward_listener_;
   ForwardHooks* hooks_ = nullptr;
   int64_t partial_layers_ = 0;  // set_partial_forward
+  int64_t start_layer_ = 0, start_rows_ = 0;  // set_forward_start
+  const float* start_residual_ = nullptr;
+  ForwardProfile* profile_ = nullptr;
   bool skip_head_ = false;
 
   // Saved activations of the last Forward (sized for the largest N seen).

@@ -4,6 +4,7 @@
 // tolerances are derived at the tests). The independent check is the PyTorch oracle in tests/.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "model/gpt.h"
 #include "model/test_models.h"
 
@@ -292,6 +294,77 @@ TEST(Gpt, KvCacheDecodeMatchesFullForward) {
     double loss = 0;
     ASSERT_TRUE(g.Forward(tokens.data(), targets.data(), 1, T, &loss).ok());
     EXPECT_TRUE(g.Backward().ok());
+  }
+}
+
+// A cached forward started at layer k from the stream that left layer k - 1 (set_forward_start,
+// with a cache holding only layers k..L-1) gives the logits of the full cached forward, chunk by
+// chunk; a wrong start is refused.
+class LayerOutputs : public ForwardObserver {
+ public:
+  explicit LayerOutputs(int64_t layer, int64_t C) : layer_(layer), C_(C) {}
+  void OnLayer(const LayerTensors& t) override {
+    if (t.layer != layer_) return;
+    rows.insert(rows.end(), t.residual_out, t.residual_out + t.batch * t.len * C_);
+  }
+  std::vector<float> rows;
+
+ private:
+  int64_t layer_, C_;
+};
+
+TEST(Gpt, ForwardFromALayerMatchesTheFullCachedForward) {
+  for (const Variant& var : AllVariants()) {
+    SCOPED_TRACE(var.name);
+    ModelConfig c = SmallConfig();
+    c.init_std = 0.1f;
+    var.apply(c);
+    if (!c.causal || c.n_layer < 2) continue;
+    std::unique_ptr<Gpt> model = test_models::TinyModel(c, 5);
+    ASSERT_NE(model, nullptr);
+    Gpt& g = *model;
+    if (dynamic_cast<DenseKvCache*>(MakeKvCache(c).get()) == nullptr) continue;  // linear state
+    std::mt19937_64 rng(11);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+    const int64_t T = c.context, V = c.vocab_size, chunk = 3;
+    std::vector<int32_t> tokens(T);
+    for (auto& t : tokens) t = tok(rng);
+    const int64_t first = c.n_layer - 1;
+    auto run = [&](int64_t from, const std::vector<float>& stream, LayerOutputs* obs,
+                   std::vector<float>* logits) {
+      DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
+      ASSERT_TRUE(cache.HoldLayers(from, c.n_layer).ok());
+      g.set_observer(obs);
+      g.set_forward_start(from, stream.data(), static_cast<int64_t>(stream.size()) / c.d_model);
+      for (int64_t s = 0; s < T; s += chunk) {
+        const int64_t n = std::min(chunk, T - s);
+        ASSERT_TRUE(g.Forward(tokens.data() + s, nullptr, 1, n, nullptr, &cache).ok());
+        const int64_t rows = n + (s == 0 && c.sink_token ? 1 : 0);
+        logits->insert(logits->end(), g.logits(), g.logits() + rows * V);
+      }
+      g.set_observer(nullptr);
+      g.set_forward_start(0, nullptr, 0);
+    };
+    LayerOutputs before(first - 1, c.d_model);
+    std::vector<float> full, from_layer;
+    run(0, {}, &before, &full);
+    run(first, before.rows, nullptr, &from_layer);
+    EXPECT_EQ(full, from_layer);
+    // Too few rows, a layer out of range, a batch, and a layer the cache does not hold.
+    DenseKvCache cache(c.n_layer, c.kv_heads(), c.head_dim());
+    std::vector<float> short_stream(before.rows.begin(), before.rows.begin() + c.d_model);
+    g.set_forward_start(first, short_stream.data(), 1);
+    EXPECT_FALSE(g.Forward(tokens.data(), nullptr, 1, 4, nullptr, &cache).ok());
+    g.set_forward_start(c.n_layer, before.rows.data(), T);
+    EXPECT_FALSE(g.Forward(tokens.data(), nullptr, 1, 4, nullptr, &cache).ok());
+    g.set_forward_start(first, before.rows.data(), T);
+    EXPECT_FALSE(g.Forward(tokens.data(), nullptr, 2, 4, nullptr, &cache).ok());
+    g.set_forward_start(0, nullptr, 0);
+    DenseKvCache upper(c.n_layer, c.kv_heads(), c.head_dim());
+    ASSERT_TRUE(upper.HoldLayers(first, c.n_layer).ok());
+    EXPECT_FALSE(g.Forward(tokens.data(), nullptr, 1, 4, nullptr, &upper).ok());
+    EXPECT_FALSE(upper.HoldLayers(0, c.n_layer + 1).ok());
+    EXPECT_FALSE(upper.HoldLayers(1, 1).ok());
   }
 }
 
