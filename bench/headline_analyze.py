@@ -137,12 +137,21 @@ def main():
              str(a.tokens), "--window", str(a.tokens), "--out", out] + a.extra.split()
     print(" ".join(argv[2:]), flush=True)
     t1 = time.monotonic()
-    p = subprocess.run(argv, stderr=subprocess.PIPE, text=True, errors="replace")
+    # The progress lines (per pass, with what is left) are shown as they come.
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         errors="replace")
+    err = []
+    for line in p.stderr:
+        err.append(line)
+        if line.startswith("analyze"):
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    p.wait()
     wall = time.monotonic() - t1
-    sys.stderr.write("\n".join(l for l in p.stderr.splitlines() if l.startswith("analyze")) + "\n")
+    err = "".join(err)
     if p.returncode != 0:
-        sys.exit(f"analyze failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+        sys.exit(f"analyze failed (exit {p.returncode}):\n{err[-3000:]}")
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
     rss = int(m.group(1)) * 1024 if m else None
     rep = json.load(open(os.path.join(out, "report.json")))
     run = rep.get("run", {})

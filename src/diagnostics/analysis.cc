@@ -32,12 +32,14 @@ class WindowObserver : public ForwardObserver {
     att_.assign(L, {});
     q_.assign(L, {});
     real_share_.assign(L, {});
+    key0_.assign(L, {});
     gate_.assign(L, {});
     if (l0_ == 0 && l1_ > 0) emb_.reserve(window_len * C);
     for (int64_t l = l0_; l < l1_; ++l) {
       res_[l].reserve(window_len * C);
       att_[l].reserve(window_len * A);
       q_[l].reserve(window_len * A);
+      if (stats_) key0_[l].reserve(window_len * c.n_head);
     }
     k_all_.resize(L);
     v_all_.resize(L);
@@ -49,11 +51,21 @@ class WindowObserver : public ForwardObserver {
   void OnLayer(const LayerTensors& t) override {
     if (!status_.ok()) return;
     const int64_t C = c_.d_model, Q = c_.qkv_dim(), H = c_.n_head, hd = c_.head_dim();
+    const bool kept = t.layer >= l0_ && t.layer < l1_;
     if (stats_) {
       const std::span<const float> extra =  // key_bias: each row's zero-value entry (gpt.h)
           t.key_bias_logits ? std::span<const float>(t.key_bias_logits, H * t.len)
                             : std::span<const float>();
-      status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k, extra);
+      // Kept layers also take each row's P[i, 0] (with key_bias: of the softmax that includes
+      // the bias entry), for the head activity, from the same pass over the scores.
+      if (kept) chunk_key0_.resize(H * t.len);
+      status_ = (*stats_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k, extra,
+                                           kept ? std::span<float>(chunk_key0_) : std::span<float>());
+      if (status_.ok() && kept) {  // [H, len] -> appended to [T, H]
+        for (int64_t i = 0; i < t.len; ++i) {
+          for (int64_t h = 0; h < H; ++h) key0_[t.layer].push_back(chunk_key0_[h * t.len + i]);
+        }
+      }
     }
     if (status_.ok() && gates_ && t.gate) status_ = (*gates_)[t.layer].Add(t.gate, t.len);
     k_all_[t.layer] = t.k_all;
@@ -93,6 +105,8 @@ class WindowObserver : public ForwardObserver {
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
   std::vector<std::vector<float>> real_share_;     // per layer [T, H] (key_bias only)
+  std::vector<std::vector<float>> key0_;           // per layer [T, H] P[i, 0] (with stats)
+  std::vector<float> chunk_key0_;                  // [H, len] of the current chunk
   std::vector<std::vector<float>> gate_;           // per layer [T, G] (output gate only)
   std::vector<AttentionTensor> k_all_, v_all_;
   std::vector<int64_t> len_k_;
@@ -170,14 +184,21 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
                                                               v.stride_token}));
     acc->value_drain[hk] += drain.ratio;
   }
-  const AttentionShape shape{1, H, Hkv, T, obs.len_k_[l], hd};
-  std::vector<float> first(H * T);
-  ATTNLAB_RETURN_IF_ERROR(AttentionRowStats(
-      shape, obs.params_[l], TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd),
-      obs.k_all_[l], {}, first, {}));
-  if (!obs.real_share_[l].empty()) {  // key_bias: P[i, 0] of the row with the bias entry
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t i = 0; i < T; ++i) first[h * T + i] *= obs.real_share_[l][i * H + h];
+  std::vector<float> first(H * T);  // [H, T] P[i, 0]
+  if (static_cast<int64_t>(obs.key0_[l].size()) == T * H) {
+    // From the attention statistics' pass (key_bias included in its normaliser).
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t h = 0; h < H; ++h) first[h * T + i] = obs.key0_[l][i * H + h];
+    }
+  } else {  // no statistics pass over this layer: score the rows here
+    const AttentionShape shape{1, H, Hkv, T, obs.len_k_[l], hd};
+    ATTNLAB_RETURN_IF_ERROR(AttentionRowStats(
+        shape, obs.params_[l], TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd),
+        obs.k_all_[l], {}, first, {}));
+    if (!obs.real_share_[l].empty()) {  // key_bias: P[i, 0] of the row with the bias entry
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < T; ++i) first[h * T + i] *= obs.real_share_[l][i * H + h];
+      }
     }
   }
   ATTNLAB_ASSIGN_OR_RETURN(

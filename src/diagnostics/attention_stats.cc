@@ -72,6 +72,7 @@ struct Call {
   SoftmaxKind kind;
   ThreadPool* pool;
   const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
+  float* key0_out = nullptr;         // [heads_q, len_q] P[i, 0] per row, or null
 };
 
 // Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window.
@@ -478,6 +479,7 @@ void AddRowToPartial(const Call& c, const AttentionStatsOptions& opt, int64_t h,
   const PartialLayout lay = LayoutOf(opt);
   const int64_t pos = i + c.off;
   if (i == c.len_q - 1) partial[kLastVisible] = static_cast<double>(n_visible);
+  if (c.key0_out) c.key0_out[h * c.len_q + i] = 0.0f;  // dead row or key 0 invisible
   if (n_visible == 0) return;  // dead row: adds 0 to the column and diagonal sums
   // The uniform baseline of alpha: 1/n_i on each visible key among the first K.
   double* col_uniform = partial + lay.ColUniform();
@@ -491,6 +493,7 @@ void AddRowToPartial(const Call& c, const AttentionStatsOptions& opt, int64_t h,
                        : AddSoftmaxRowTerms(c, h, i, row, n_visible, extra2, partial);
   partial[kLiveRows] += 1;
   AddKeyProbTerms(c, opt, h, i, row, norm, partial);
+  if (c.key0_out) c.key0_out[h * c.len_q + i] = static_cast<float>(KeyProb(c, h, i, 0, row, norm));
 }
 
 // Phase A's task: rows [blk B_r, (blk + 1) B_r) of query head h, scored in one GEMM, each row
@@ -657,7 +660,8 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
                                                   int64_t q_row_stride, int64_t len_q,
                                                   const AttentionTensor& k_all,
                                                   int64_t len_k,
-                                                  std::span<const float> row_extra_logits) const {
+                                                  std::span<const float> row_extra_logits,
+                                                  size_t key0_size) const {
   const int64_t Hq = heads_q_, hd = head_dim_;
   if (q == nullptr) return Status::InvalidArgument("attention stats: q is a null pointer");
   if (len_q < 1 || len_k < len_q) {
@@ -697,6 +701,12 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
           "weights have none");
     }
   }
+  if (key0_size != 0 && static_cast<int64_t>(key0_size) != Hq * len_q) {
+    return Status::InvalidArgument("attention stats: key0_prob holds " +
+                                   Str(static_cast<int64_t>(key0_size)) +
+                                   " floats; expected heads_q * len_q = " + Str(Hq * len_q) +
+                                   " (or none)");
+  }
   if (kind_ && row_extra_ != !row_extra_logits.empty()) {
     return Status::InvalidArgument(
         "attention stats: every AddRows call must give row_extra_logits, or none, as the first");
@@ -707,15 +717,17 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
 Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const float* q,
                                           int64_t q_row_stride, int64_t len_q,
                                           const AttentionTensor& k_all, int64_t len_k,
-                                          std::span<const float> row_extra_logits) {
-  ATTNLAB_RETURN_IF_ERROR(
-      ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k, row_extra_logits));
+                                          std::span<const float> row_extra_logits,
+                                          std::span<float> key0_prob) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k,
+                                          row_extra_logits, key0_prob.size()));
   kind_ = params.softmax;
   row_extra_ = !row_extra_logits.empty();
   ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
   Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_, head_dim_,
                     &pool);
   c.row_extra = row_extra_ ? row_extra_logits.data() : nullptr;
+  c.key0_out = key0_prob.empty() ? nullptr : key0_prob.data();
   std::vector<ThreadScratch> scratch(pool.num_threads());
 
   // Phase A: per-head statistics.

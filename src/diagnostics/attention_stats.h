@@ -174,12 +174,17 @@ class AttentionStatsAccumulator {
   //           zero value in each row's softmax (a key_bias model's s*_i, Gu et al. 2024): it
   //           joins the denominator like softmax1's +1 or a sink logit (combined with them), and
   //           its mass counts in sink_mass. Softmax-family variants only; every call the same.
+  //   key0_prob: empty, or [heads_q, len_q] floats that receive each row's P[i, 0] (index
+  //           h * len_q + i; 0 where key 0 is invisible or the row is dead), the same value
+  //           alpha_1 sums: callers that need a per-row first-key weight (the head activity of
+  //           analysis) get it here without another O(len_q len_k) pass over the scores.
   // REQUIRES (else an error, nothing added): 1 <= len_q <= len_k, non-null q and k_all whose
   // strides stay inside k_all.size, k_all.stride_token >= head_dim when len_k > 1, params valid
-  // for attention.h with these shapes, and the same params.softmax as the first call.
+  // for attention.h with these shapes, the same params.softmax as the first call, and key0_prob
+  // empty or of heads_q * len_q floats.
   Status AddRows(const AttentionParams& params, const float* q, int64_t q_row_stride, int64_t len_q,
                  const AttentionTensor& k_all, int64_t len_k,
-                 std::span<const float> row_extra_logits = {});
+                 std::span<const float> row_extra_logits = {}, std::span<float> key0_prob = {});
 
   // The statistics of every row added so far (may be called at any time).
   AttentionLayerStats Finish() const;
@@ -196,7 +201,7 @@ class AttentionStatsAccumulator {
   // is 0) and its fold of one batch of sampled rows' [heads_q^2] values, in row order.
   Status ValidateAddRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
                          int64_t len_q, const AttentionTensor& k_all, int64_t len_k,
-                         std::span<const float> row_extra_logits) const;
+                         std::span<const float> row_extra_logits, size_t key0_size) const;
   void FoldHeadPartials(const std::vector<double>& partial, int64_t len_q, int64_t key_offset);
   int64_t ThinJsdSample(int64_t rows_after);
   void FoldJsdValues(std::span<const int64_t> local_rows, std::vector<std::vector<double>>& values);

@@ -607,6 +607,102 @@ TEST(AttentionStats, RowExtraLogitsActLikeASinkLogit) {
   EXPECT_FALSE(acc.AddRows(p, s.q.data(), s.q_stride, 8, s.kview, 8).ok());
 }
 
+// key0_prob: each row's P[i, 0] against the engine's double-precision reference rows, for every
+// variant and causal mask, GQA, in chunks (a KV cache's calls), plus an explicit mask whose
+// rows 2 and 5 see nothing (0) and whose key 0 is hidden from row 4 (0); a row extra logit
+// joins the normaliser (the reference's sink logit with the same value). Tolerance: one
+// probability, so the header's per-row bound (~5e-7 relative; 1e-6) plus float rounding of the
+// output (6e-8 relative).
+TEST(AttentionStats, Key0ProbIsEachRowsFirstKeyWeight) {
+  std::mt19937_64 rng(29);
+  auto expect_rows = [](const std::vector<float>& got, const std::vector<double>& want,
+                        int64_t Hq, int64_t len_q, int64_t len_k, int64_t row0, int64_t L,
+                        const std::string& what) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t i = 0; i < len_q; ++i) {
+        const double w = want[(h * len_q + i) * len_k];
+        const double g = got[h * L + row0 + i];
+        EXPECT_TRUE(Close(g, w, 1.1e-6, 1e-12))
+            << what << " head " << h << " row " << row0 + i << ": got " << g << " want " << w;
+      }
+    }
+  };
+  for (const MaskCase& mc : kCausalMasks) {
+    for (SoftmaxKind kind : kKinds) {
+      Sequence s;
+      s.Init(61, 6, 2, 16);
+      s.Randomise(rng);
+      const AttentionParams p = MakeParams(mc, kind, s, rng);
+      const std::string what = std::string(mc.name) + " " + KindName(kind);
+      AttentionStatsAccumulator acc = MakeAcc(AttentionStatsOptions{}, s);
+      std::vector<float> all(s.Hq * s.L, -1.0f);
+      const int64_t cuts[] = {0, 1, 20, 21, 61};
+      for (int c = 0; c < 4; ++c) {
+        const int64_t n = cuts[c + 1] - cuts[c];
+        std::vector<float> got(s.Hq * n, -1.0f);
+        ASSERT_TRUE(acc.AddRows(p, s.q.data() + cuts[c] * s.q_stride, s.q_stride, n, s.kview,
+                                cuts[c + 1], {}, got).ok()) << what;
+        for (int64_t h = 0; h < s.Hq; ++h) {
+          for (int64_t i = 0; i < n; ++i) all[h * s.L + cuts[c] + i] = got[h * n + i];
+        }
+        expect_rows(all, ReferenceProbs(s, p, n, cuts[c + 1]), s.Hq, n, cuts[c + 1], cuts[c],
+                    s.L, what);
+      }
+      if (mc.mask_first_key) {
+        for (float v : all) EXPECT_EQ(v, 0.0f) << what << ": key 0 is masked";
+      }
+    }
+  }
+  {  // An explicit mask with dead rows, and a row extra logit.
+    Sequence s;
+    s.Init(9, 4, 2, 16);
+    s.Randomise(rng);
+    std::vector<uint8_t> keep(9 * 9, 0);
+    for (int64_t i = 0; i < 9; ++i) {
+      for (int64_t j = 0; j <= i; ++j) keep[i * 9 + j] = (i != 2 && i != 5 && !(i == 4 && j == 0));
+    }
+    AttentionParams p;
+    p.mask.causal = true;
+    ExplicitMask e;  // one [9, 9] mask for every head
+    e.data = keep.data();
+    e.size = static_cast<int64_t>(keep.size());
+    e.stride_row = 9;
+    p.mask.explicit_mask = e;
+    AttentionStatsAccumulator acc = MakeAcc(AttentionStatsOptions{}, s);
+    std::vector<float> got(4 * 9, -1.0f);
+    ASSERT_TRUE(acc.AddRows(p, s.q.data(), s.q_stride, 9, s.kview, 9, {}, got).ok());
+    expect_rows(got, ReferenceProbs(s, p, 9, 9), 4, 9, 9, 0, 9, "explicit");
+    for (int64_t h = 0; h < 4; ++h) {
+      EXPECT_EQ(got[h * 9 + 2], 0.0f);
+      EXPECT_EQ(got[h * 9 + 4], 0.0f);
+      EXPECT_EQ(got[h * 9 + 5], 0.0f);
+    }
+    AttentionParams sink;
+    sink.mask.causal = true;
+    sink.softmax = SoftmaxKind::kSinkLogit;
+    s.sinks = {1.5f, -2.0f, 0.25f, 3.0f};
+    sink.sink_logits = s.sinks;
+    std::vector<float> extra(4 * 9);
+    for (int64_t h = 0; h < 4; ++h) {
+      for (int64_t i = 0; i < 9; ++i) extra[h * 9 + i] = s.sinks[h];
+    }
+    AttentionParams plain;
+    plain.mask.causal = true;
+    AttentionStatsAccumulator acc2 = MakeAcc(AttentionStatsOptions{}, s);
+    ASSERT_TRUE(acc2.AddRows(plain, s.q.data(), s.q_stride, 9, s.kview, 9, extra, got).ok());
+    expect_rows(got, ReferenceProbs(s, sink, 9, 9), 4, 9, 9, 0, 9, "row extra");
+  }
+  // A wrong size is refused and adds nothing.
+  Sequence s;
+  s.Init(8, 4, 2, 16);
+  AttentionParams p;
+  p.mask.causal = true;
+  AttentionStatsAccumulator acc = MakeAcc(AttentionStatsOptions{}, s);
+  std::vector<float> short_out(4 * 8 - 1);
+  EXPECT_FALSE(acc.AddRows(p, s.q.data(), s.q_stride, 8, s.kview, 8, {}, short_out).ok());
+  EXPECT_EQ(acc.rows(), 0);
+}
+
 TEST(AttentionStats, BadInputIsAnError) {
   Sequence s;
   s.Init(8, 4, 2, 16);
