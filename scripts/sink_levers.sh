@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 B=${ATTNLAB:-$PWD/build/attnlab}
 WORK=${WORK:-build/sink-levers}
 STEPS=${STEPS:-500}
-RUNS=${RUNS:-C L A B}
+RUNS=${RUNS-C L A B}  # RUNS="" only builds the corpora
 THREADS=${THREADS:-1}
 [ -x "$B" ] || ./scripts/build.sh attnlab_cli
 missing=()
@@ -43,18 +43,19 @@ if [ ! -f "$WORK/init1024/config.json" ]; then
   /usr/bin/python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['context'] = 1024; \
 json.dump(c, open(sys.argv[2], 'w'))" data/default-model/config.json "$WORK/init1024/config.json"
 fi
-common=(--lr 2e-3 --min-lr 2e-4 --warmup 100 --bos --eval-every 250
+common=(--warmup 100 --bos --eval-every 250
         --eval-batches 16 --log-every 50 --checkpoint-every 250 --probe-every 100)
 for r in $RUNS; do
   [ -f "$WORK/$r.done" ] && continue
+  lr=(--lr 2e-3 --min-lr 2e-4)  # every run but R (train takes each option once)
   case $r in
     A) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.5) ;;
     B) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 1.0) ;;
     C) args=(--data "$WORK/brown" --from data/default-model --batch 16 --weight-decay 0.5) ;;
     L) args=(--data "$WORK/mix" --from "$WORK/init1024" --batch 4 --weight-decay 0.5) ;;
     W) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.1) ;;
-    R) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.5
-             --lr 4e-3 --min-lr 4e-4) ;;
+    R) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.5)
+       lr=(--lr 4e-3 --min-lr 4e-4) ;;
     *) echo "unknown run $r" >&2; exit 2 ;;
   esac
   # A checkpoint of an interrupted run resumes it (exact resume: docs/CLI.md, train --resume).
@@ -66,7 +67,7 @@ for r in $RUNS; do
     args=("${kept[@]}" --resume)
   fi
   echo "== run $r: ${args[*]} ($(date +%T))" >&2
-  $B --threads "$THREADS" train --out "$WORK/$r" "${common[@]}" "${args[@]}" --steps "$STEPS" \
+  $B --threads "$THREADS" train --out "$WORK/$r" "${common[@]}" "${lr[@]}" "${args[@]}" --steps "$STEPS" \
     > "$WORK/$r.out" 2>&1
   $B --threads "$THREADS" eval --model "$WORK/$r" --text "$WORK/brown/val.txt" --json \
     > "$WORK/$r.eval.json"
