@@ -19,6 +19,10 @@ with model.safetensors.index.json; F16 in one file) the script
      sliding-window mask, RMSNorm or LayerNorm, SwiGLU or GELU, parallel residual), in float64
      on the same dtype-rounded weights, and compares.
 
+Products: `--matmul fp32` (fp32 activations) for the checks below. BF16 files are also run with
+the bf16 products (--matmul bf16, where the CPU multiplies bf16 natively: AVX512-BF16 or AMX)
+against a truth whose linear layers round their inputs to bf16 as attnlab does, bound BF16_TOL.
+
 Tolerance: the issue's 1e-4 relative, max |attnlab - truth| <= 1e-4 * max |truth|; the fp32
 rounding of a correct implementation is ~1e-6 here (printed as err/scale). The bound is checked
 for being too loose: for each family a truth with one plausible mistake (interleaved instead of
@@ -55,6 +59,21 @@ REL_TOL = 1e-4
 # reader maps "llama" with a sliding_window key back to mistral).
 GGUF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox")
 T_TOKENS = 40
+# The bf16 products against the truth with bf16-rounded inputs: both round the same inputs, but
+# attnlab's fp32 activations and the float64 truth's differ by ~1e-6 of their size, so an input
+# within that of a rounding boundary rounds the other way (one term off by 2^-8 of itself), and
+# these random 2-3 layer models amplify such differences (one plausible mistake moves their logits
+# by 30-120%). Measured on a Sapphire Rapids (AMX): 7e-8 to 6e-3 of the largest logit.
+BF16_TOL = 1e-2
+_BF16_NATIVE = {}
+
+
+def bf16_native(cli):
+    """Whether attnlab's auto setting takes the bf16 products on this CPU (--version says)."""
+    if cli not in _BF16_NATIVE:
+        v = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=60).stdout
+        _BF16_NATIVE[cli] = "products with BF16 weights: bf16" in v
+    return _BF16_NATIVE[cli]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,7 +342,11 @@ def window_of_layer(c, l):
     return None
 
 
-def truth_logits(c, W, tokens, mutation=None):
+def truth_logits(c, W, tokens, mutation=None, bf16_inputs=False, bf16_head=False):
+    """bf16_inputs: round the input of every linear layer to bf16 first (fp32, then bf16, to
+    nearest even), as attnlab's bf16 products do (attnlab/matmul_precision.h); bf16_head: the
+    LM head's input too (its weights are BF16 as well)."""
+    r = (lambda z: z.float().bfloat16().double()) if bf16_inputs else (lambda z: z)
     C, H, Hkv, hd = dims(c)
     t = c["model_type"]
     neox = t == "gpt_neox"
@@ -346,7 +369,7 @@ def truth_logits(c, W, tokens, mutation=None):
         if neox:
             p = f"gpt_neox.layers.{l}."
             a_in = ln(x, W[p + "input_layernorm.weight"], W[p + "input_layernorm.bias"], eps)
-            qkv = a_in @ W[p + "attention.query_key_value.weight"].T + \
+            qkv = r(a_in) @ W[p + "attention.query_key_value.weight"].T + \
                 W[p + "attention.query_key_value.bias"]
             qkv = qkv.view(T, H, 3 * hd).transpose(0, 1)  # [H, T, 3 hd]
             q, k, v = qkv[..., :hd], qkv[..., hd:2 * hd], qkv[..., 2 * hd:]
@@ -355,7 +378,7 @@ def truth_logits(c, W, tokens, mutation=None):
             a_in = rms(x, W[p + "input_layernorm.weight"], eps)
 
             def proj(name, heads):
-                y = a_in @ W[p + f"self_attn.{name}.weight"].T
+                y = r(a_in) @ W[p + f"self_attn.{name}.weight"].T
                 if p + f"self_attn.{name}.bias" in W and mutation != "qkv_bias_dropped":
                     y = y + W[p + f"self_attn.{name}.bias"]
                 return y.view(T, heads, hd).transpose(0, 1)
@@ -377,15 +400,15 @@ def truth_logits(c, W, tokens, mutation=None):
         att = torch.softmax(s, dim=-1) @ v  # [H, T, hd]
         att = att.transpose(0, 1).reshape(T, H * hd)
         if neox:
-            o = att @ W[p + "attention.dense.weight"].T + W[p + "attention.dense.bias"]
+            o = r(att) @ W[p + "attention.dense.weight"].T + W[p + "attention.dense.bias"]
 
             def mlp(z):
-                h = z @ W[p + "mlp.dense_h_to_4h.weight"].T + W[p + "mlp.dense_h_to_4h.bias"]
+                h = r(z) @ W[p + "mlp.dense_h_to_4h.weight"].T + W[p + "mlp.dense_h_to_4h.bias"]
                 if (c["hidden_act"] == "gelu") != (mutation == "gelu_tanh"):
                     h = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
                 else:
                     h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
-                return h @ W[p + "mlp.dense_4h_to_h.weight"].T + W[p + "mlp.dense_4h_to_h.bias"]
+                return r(h) @ W[p + "mlp.dense_4h_to_h.weight"].T + W[p + "mlp.dense_4h_to_h.bias"]
             ln2 = lambda z: ln(z, W[p + "post_attention_layernorm.weight"],
                                W[p + "post_attention_layernorm.bias"], eps)
             parallel = c.get("use_parallel_residual", True)
@@ -398,7 +421,7 @@ def truth_logits(c, W, tokens, mutation=None):
                 x = x + mlp(ln2(x))
         else:
             def linear(z, name):  # nn.Linear, with its bias when the model has one
-                y = z @ W[p + name + ".weight"].T
+                y = r(z) @ W[p + name + ".weight"].T
                 if p + name + ".bias" in W and mutation != "o_mlp_bias_dropped":
                     y = y + W[p + name + ".bias"]
                 return y
@@ -413,13 +436,15 @@ def truth_logits(c, W, tokens, mutation=None):
     else:
         x = rms(x, W["model.norm.weight"], eps)
         head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    return x @ head.T
+    return (r(x) if bf16_head else x) @ head.T
 
 
 # ---------------------------------------------------------------------------------------------
 
-def run_logits(cli, model, tokens, out):
-    cmd = [cli, "logits", "--model", model, "--tokens", ",".join(map(str, tokens)), "--out", out]
+def run_logits(cli, model, tokens, out, matmul="fp32"):
+    """matmul: attnlab's --matmul (fp32 unless a check of the bf16 products asks for another)."""
+    cmd = [cli, "--matmul", matmul, "logits", "--model", model, "--tokens",
+           ",".join(map(str, tokens)), "--out", out]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
@@ -462,28 +487,42 @@ def check_family(cli, tmp, name, cfg, mutation, seed, formats):
         else:
             write_model(d, cfg, w, dtype, shards)
             model, stored = d, {k: rounded(v, dtype) for k, v in w.items()}
-        r = run_logits(cli, model, tokens, os.path.join(d, "out"))
-        if r.returncode != 0:
-            print(f"FAIL {name} {dtype} x{shards}: attnlab logits exited {r.returncode}: "
-                  f"{r.stderr.strip()}")
-            ok = False
-            continue
-        got = np.load(os.path.join(d, "out", "logits.npy")).astype(np.float64)
-        got = got.reshape(T_TOKENS, cfg["vocab_size"])
-        W = stored
-        with torch.no_grad():
-            truth = truth_logits(cfg, W, tokens).numpy()
-            wrong = truth_logits(cfg, W, tokens, mutation).numpy()
-        scale = float(np.abs(truth).max())
-        err = float(np.abs(got - truth).max())
-        err_wrong = float(np.abs(got - wrong).max())
-        status = "ok"
-        if not err <= REL_TOL * scale:
-            status, ok = "FAIL", False
-        if not err_wrong > REL_TOL * scale:
-            status, ok = f"FAIL (mutation {mutation} not detected)", False
-        print(f"{status:4} {name:22} {dtype:9} shards={shards} err/scale={err / scale:.2e} "
-              f"(bound {REL_TOL:.0e}; mutation {mutation}: {err_wrong / scale:.2e})")
+        # fp32 products against the float64 truth; with BF16 weights also the bf16 products
+        # (where this CPU multiplies bf16 natively) against the truth with bf16-rounded inputs.
+        runs = [("fp32", REL_TOL)]
+        if dtype in ("BF16", "GGUF-BF16") and bf16_native(cli):
+            runs.append(("bf16", BF16_TOL))
+        for matmul, tol in runs:
+            r = run_logits(cli, model, tokens, os.path.join(d, "out"), matmul)
+            if r.returncode != 0:
+                print(f"FAIL {name} {dtype} x{shards}: attnlab logits exited {r.returncode}: "
+                      f"{r.stderr.strip()}")
+                ok = False
+                continue
+            got = np.load(os.path.join(d, "out", "logits.npy")).astype(np.float64)
+            got = got.reshape(T_TOKENS, cfg["vocab_size"])
+            W = stored
+            # The head's weights are BF16 unless a GGUF file ties it to its F32 embedding.
+            untied = any(k in W for k in ("lm_head.weight", "embed_out.weight"))
+            em = dict(bf16_inputs=matmul == "bf16",
+                      bf16_head=matmul == "bf16" and (dtype == "BF16" or untied))
+            with torch.no_grad():
+                truth = truth_logits(cfg, W, tokens, **em).numpy()
+                wrong = truth_logits(cfg, W, tokens, mutation, **em).numpy()
+            scale = float(np.abs(truth).max())
+            err = float(np.abs(got - truth).max())
+            err_wrong = float(np.abs(got - wrong).max())
+            status = "ok"
+            if not err <= tol * scale:
+                status, ok = "FAIL", False
+            # A mutation smaller than the bf16 bound (GELU tanh for erf moves the logits by
+            # ~5e-3) is checked on the fp32 run of the same file only.
+            moves = float(np.abs(wrong - truth).max()) > 3 * tol * scale
+            if not err_wrong > tol * scale and (matmul == "fp32" or moves):
+                status, ok = f"FAIL (mutation {mutation} not detected)", False
+            print(f"{status:4} {name:22} {dtype:9} shards={shards} {matmul} products "
+                  f"err/scale={err / scale:.2e} (bound {tol:.0e}; mutation {mutation}: "
+                  f"{err_wrong / scale:.2e})")
         # Kept for check_bad_inputs and check_commands.
         if (name, dtype) not in (("llama_gqa_llama3", "F32"), ("llama_biases", "GGUF-Q8_0")):
             shutil.rmtree(d)

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <map>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "attnlab/matmul_precision.h"
 #include "attnlab/simd_target.h"
 #include "attnlab/thread_pool.h"
 #include "build_info.h"
@@ -41,7 +43,8 @@ std::string VersionString() {
   return "attnlab " + BuildVersion() + " (commit " + BuildCommit() + "; SIMD: kernels " +
          KernelSimd() + ", available " + available + "; baseline compiled for " + CompiledSimd() +
          "; this CPU has " + CpuSimd() + "; distributed: " +
-         (dist::BuiltWithMpi() ? "MPI" : "no, built without MPI") + ")";
+         (dist::BuiltWithMpi() ? "MPI" : "no, built without MPI") +
+         "; products with BF16 weights: " + WeightMatmulDescription() + ")";
 }
 
 // Edit distance, for "did you mean".
@@ -100,6 +103,8 @@ std::string Overview(const CLI::App& app) {
       "\nGlobal options:\n"
       "  --threads N  worker threads (default: $ATTNLAB_NUM_THREADS or every core), before or after the command\n"
       "  --simd T     kernels' SIMD target: baseline, avx2, avx512 (default: the CPU's best; $ATTNLAB_SIMD)\n"
+      "  --matmul P   products with BF16 weights: auto, fp32, bf16 (default auto: bf16 where the CPU\n"
+      "               multiplies bf16 natively; $ATTNLAB_MATMUL)\n"
       "  --version    version, git commit and SIMD target\n"
       "  --help       this overview\n"
       "\nConventions (exit codes, --out, --text, --json): docs/CLI.md. With no --model, commands use the\n"
@@ -108,7 +113,9 @@ std::string Overview(const CLI::App& app) {
 }
 
 // Global options that take a value (so that their value is not mistaken for a command).
-bool TakesValue(const std::string& arg) { return arg == "--threads" || arg == "--simd"; }
+bool TakesValue(const std::string& arg) {
+  return arg == "--threads" || arg == "--simd" || arg == "--matmul";
+}
 
 }  // namespace
 
@@ -142,7 +149,26 @@ int RunCli(int argc, char** argv, std::string* error_line) {
             return "";
           },
           "TARGET"));
+  std::string matmul;
+  app.add_option("--matmul", matmul,
+                 "products with BF16 weights: auto (bf16 where the CPU multiplies bf16 natively), "
+                 "fp32 or bf16 (default: auto, or $ATTNLAB_MATMUL)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            Result<WeightMatmul> m = ParseWeightMatmul(v);
+            if (!m.ok()) return m.status().message();
+            if (*m == WeightMatmul::kBf16) {
+              ScopedWeightMatmul probe(*m);
+              if (!probe.status().ok()) return probe.status().message();
+            }
+            return "";
+          },
+          "PRECISION"));
   app.parse_complete_callback([&] {
+    if (!matmul.empty()) {
+      Result<WeightMatmul> m = ParseWeightMatmul(matmul);
+      if (m.ok()) (void)SetWeightMatmul(*m);  // validated above
+    }
     if (threads > 0) attnlab::SetDefaultThreadCount(threads);
     if (!simd.empty()) {
       Result<SimdTarget> t = ParseSimdTarget(simd);
@@ -168,7 +194,8 @@ int RunCli(int argc, char** argv, std::string* error_line) {
   // After the commands (they copy the parent's help flag when created): the top level's --help
   // is the overview by topic below; each command keeps CLI11's --help.
   app.set_help_flag();
-  app.set_version_flag("--version", VersionString(), "version, git commit and SIMD target");
+  app.set_version_flag("--version", std::function<std::string()>(VersionString),
+                       "version, git commit, SIMD target and BF16 products");
 
   // The front door, before CLI11: find the command word (skipping global options).
   std::string command;
@@ -198,7 +225,10 @@ int RunCli(int argc, char** argv, std::string* error_line) {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (TakesValue(a)) ++i;
-      else if (a.rfind("--threads=", 0) != 0 && a.rfind("--simd=", 0) != 0) bad_option = true;
+      else if (a.rfind("--threads=", 0) != 0 && a.rfind("--simd=", 0) != 0 &&
+               a.rfind("--matmul=", 0) != 0) {
+        bad_option = true;
+      }
     }
     if (!bad_option) {
       std::fputs(Overview(app).c_str(), stderr);

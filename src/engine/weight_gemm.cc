@@ -1,11 +1,14 @@
 #include "engine/weight_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
+#include "attnlab/matmul_precision.h"
 #include "attnlab/thread_pool.h"
 #include "core/aligned_buffer.h"
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/kernel_table.h"
 
 namespace attnlab::internal {
@@ -145,6 +148,68 @@ void MatmulFewRows(int64_t N, const float* x, const WeightMatrix& w, const float
   });
 }
 
+// Whether every block of w is bf16 as stored (the bf16 product reads them in place).
+bool AllBf16(const WeightMatrix& w) {
+  for (const WeightBlock& b : w.blocks) {
+    if (b.quant || b.dtype != KvDtype::kBF16) return false;
+  }
+  return true;
+}
+
+// fp32 -> bf16, round to nearest even, NaN kept a (quiet) NaN; branch-free so it vectorizes.
+void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t q = (u >> 16) | 0x40u;
+    out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+  }
+}
+
+// Input rows rounded to bf16 at a time: bounds the bf16 copy of x at kBf16ChunkRows x K x 2
+// bytes (3.2 MB for K = 1536) instead of half of x, and still reuses each weight panel across
+// 512 rows (AMX's tiles want at least 16 x 16; oneDNN's brgemm blocks the rest).
+constexpr int64_t kBf16ChunkRows = 512;
+
+// y = x W^T with x rounded to bf16 and the stored bf16 rows (gemm_bf16.h): per chunk of input
+// rows, the chunk is rounded (in parallel by rows), then each task multiplies it with a run of
+// weight rows (a multiple of 16, about two runs per thread, never straddling two blocks).
+void MatmulBf16(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
+                ThreadPool& tp) {
+  const int64_t K = w.cols, M = w.rows;
+  const int64_t per_thread = (M + 2 * tp.num_threads() - 1) / (2 * tp.num_threads());
+  const int64_t step = std::max<int64_t>(16, (per_thread + 15) / 16 * 16);
+  std::vector<Panel> runs;
+  int64_t out0 = 0;
+  for (const WeightBlock& b : w.blocks) {
+    for (int64_t r = 0; r < b.rows; r += step) runs.push_back({&b, r, std::min(step, b.rows - r), out0 + r});
+    out0 += b.rows;
+  }
+  const int64_t chunk = std::min(N, kBf16ChunkRows);
+  AlignedBuffer<uint16_t> xb(static_cast<size_t>(chunk * K));
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0);
+    const int64_t row_step = 32;
+    tp.ParallelFor((nc + row_step - 1) / row_step, [&](int64_t t, int) {
+      const int64_t r0 = t * row_step, r1 = std::min(nc, r0 + row_step);
+      RoundToBf16(x + (n0 + r0) * K, (r1 - r0) * K, xb.data() + r0 * K);
+    });
+    tp.ParallelFor(static_cast<int64_t>(runs.size()), [&](int64_t t, int) {
+      const Panel& p = runs[t];
+      const auto* wr = static_cast<const uint16_t*>(p.block->data) + p.row0 * K;
+      float* yc = y + n0 * M + p.out0;
+      const Status st = GemmBf16NT(nc, p.rows, K, xb.data(), K, wr, K, yc, M);
+      ATTNLAB_CHECK(st.ok());  // the setting was checked: oneDNN runs bf16 products here
+      if (bias) {
+        for (int64_t i = 0; i < nc; ++i) {
+          for (int64_t j = 0; j < p.rows; ++j) yc[i * M + j] += bias[p.out0 + j];
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 
 void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float* bias, float* y,
@@ -153,6 +218,10 @@ void MatmulWeightT(int64_t N, const float* x, const WeightMatrix& w, const float
   ThreadPool& tp = pool ? *pool : DefaultThreadPool();
   if (N <= kWeightRowsMaxN) {
     MatmulFewRows(N, x, w, bias, y, tp);
+    return;
+  }
+  if (AllBf16(w) && Bf16WeightMatmulActive()) {
+    MatmulBf16(N, x, w, bias, y, tp);
     return;
   }
   const int64_t K = w.cols, M = w.rows;

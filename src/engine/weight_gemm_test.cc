@@ -16,10 +16,13 @@
 #include <random>
 #include <vector>
 
+#include "attnlab/matmul_precision.h"
 #include "attnlab/thread_pool.h"
+#include "engine/gemm_bf16.h"
 
 namespace attnlab::internal {
 namespace {
+
 
 struct Stored {
   std::vector<std::vector<uint16_t>> b16;
@@ -54,6 +57,7 @@ WeightMatrix MakeMatrix(const std::vector<int64_t>& rows, const std::vector<KvDt
 }
 
 TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
+  ScopedWeightMatmul fp32(WeightMatmul::kF32);  // fp32 activations (the bf16 path: the test below)
   ThreadPool pool(3);
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd;
@@ -102,6 +106,93 @@ TEST(WeightGemm, MatchesADoubleReferenceForEveryDtypeAndBlockLayout) {
     }
   }
   EXPECT_EQ(checked, 200);
+}
+
+// The bf16 path (gemm_bf16.h): x rounded to bf16, products with the stored bf16 rows in fp32.
+// Two bounds per output, with mag = sum_k |x_k w_k|:
+//  - against the double product of bf16(x) and w: fp32 accumulation only, gamma_K mag (x2);
+//  - against the double product of x itself: plus the rounding of x, 2^-8 mag.
+// Shapes: one and several blocks of awkward row counts (runs of 16 rows straddle none), K = 1
+// to 1025, N from 5 (just past the row kernel) across the 512-row chunk boundary, bias or none.
+TEST(WeightGemm, Bf16PathMatchesADoubleReferenceOnBf16RoundedInputs) {
+  ScopedWeightMatmul bf16(WeightMatmul::kBf16);
+  if (!bf16.status().ok()) GTEST_SKIP() << "oneDNN cannot multiply bf16 on this CPU";
+  ThreadPool pool(3);
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> nd;
+  struct Case {
+    std::vector<int64_t> rows;
+    int64_t cols, N;
+  };
+  const std::vector<Case> cases = {
+      {{1}, 1, 5},         {{1}, 7, 97},       {{7, 1, 59}, 59, 5},  {{7, 1, 59}, 97, 33},
+      {{113, 97}, 1025, 7}, {{113, 97}, 33, 600}, {{17}, 300, 1030}, {{1025}, 64, 20},
+  };
+  for (const Case& c : cases) {
+    for (bool with_bias : {false, true}) {
+      Stored s;
+      s.b16.reserve(c.rows.size());
+      const WeightMatrix w = MakeMatrix(c.rows, std::vector<KvDtype>(c.rows.size(), KvDtype::kBF16),
+                                        c.cols, rng, &s);
+      std::vector<float> x(static_cast<size_t>(c.N * c.cols)), bias(static_cast<size_t>(w.rows));
+      for (float& v : x) v = nd(rng);
+      for (float& v : bias) v = nd(rng);
+      std::vector<uint16_t> xh(x.size());
+      std::vector<float> xr(x.size());
+      ConvertToKvDtype(x.data(), static_cast<int64_t>(x.size()), KvDtype::kBF16, xh.data());
+      ConvertFromKvDtype(xh.data(), static_cast<int64_t>(x.size()), KvDtype::kBF16, xr.data());
+      std::vector<float> y(static_cast<size_t>(c.N * w.rows), NAN);
+      MatmulWeightT(c.N, x.data(), w, with_bias ? bias.data() : nullptr, y.data(), &pool);
+      const double u = std::ldexp(1.0, -24), gamma = c.cols * u / (1 - c.cols * u);
+      for (int64_t i = 0; i < c.N; ++i) {
+        int64_t r = 0;
+        for (size_t b = 0; b < c.rows.size(); ++b) {
+          for (int64_t j = 0; j < c.rows[b]; ++j, ++r) {
+            double ref = with_bias ? bias[r] : 0.0, ref_x = ref, mag = 0.0;
+            for (int64_t k = 0; k < c.cols; ++k) {
+              const double wk = s.widened[b][j * c.cols + k];
+              ref += double(xr[i * c.cols + k]) * wk;
+              ref_x += double(x[i * c.cols + k]) * wk;
+              mag += std::fabs(double(x[i * c.cols + k]) * wk);
+            }
+            const double acc = 2 * (gamma * mag * (1 + std::ldexp(1.0, -8)) + u * std::fabs(ref));
+            const double got = y[i * w.rows + r];
+            ASSERT_NEAR(got, ref, acc + 1e-30) << "N " << c.N << " cols " << c.cols << " row " << r;
+            ASSERT_NEAR(got, ref_x, acc + std::ldexp(mag, -8) + 1e-30)
+                << "N " << c.N << " cols " << c.cols << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WeightGemm, MatmulSettingParsesAndDescribesItself) {
+  EXPECT_EQ(*ParseWeightMatmul("fp32"), WeightMatmul::kF32);
+  EXPECT_EQ(*ParseWeightMatmul("bf16"), WeightMatmul::kBf16);
+  EXPECT_EQ(*ParseWeightMatmul("auto"), WeightMatmul::kAuto);
+  const Result<WeightMatmul> bad = ParseWeightMatmul("fp16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected auto, fp32 or bf16"), std::string::npos);
+  {
+    ScopedWeightMatmul fp32(WeightMatmul::kF32);
+    EXPECT_FALSE(Bf16WeightMatmulActive());
+    EXPECT_EQ(WeightMatmulDescription().rfind("fp32", 0), 0u) << WeightMatmulDescription();
+  }
+  {
+    ScopedWeightMatmul bf16(WeightMatmul::kBf16);
+    if (bf16.status().ok()) {
+      EXPECT_TRUE(Bf16WeightMatmulActive());
+      EXPECT_EQ(WeightMatmulDescription().rfind("bf16 (oneDNN ", 0), 0u) << WeightMatmulDescription();
+    } else {
+      EXPECT_FALSE(Bf16GemmImplementation().ok());
+    }
+  }
+  // A bad product is refused, not run.
+  uint16_t a = 0, b = 0;
+  float c = 0;
+  EXPECT_FALSE(GemmBf16NT(1, 1, 2, &a, 1, &b, 2, &c, 1).ok());  // lda < K
+  EXPECT_FALSE(GemmBf16NT(0, 1, 1, &a, 1, &b, 1, &c, 1).ok());
 }
 
 TEST(WeightGemm, ReproducibleForAThreadCountAndRowLookupIsExact) {
@@ -160,6 +251,7 @@ void WidenQ8(const uint8_t* src, int64_t n, float* out) {
 constexpr QuantCodec kQ8{"Q8_0", 32, 34, &WidenQ8, QuantLayout::kQ8_0};
 
 TEST(WeightGemm, QuantizedBlocksMatchADoubleReferenceOnTheirWidenedValues) {
+  ScopedWeightMatmul fp32(WeightMatmul::kF32);  // its all-bf16 layouts: fp32 activations
   ThreadPool pool(3);
   std::mt19937_64 rng(11);
   std::normal_distribution<float> nd;

@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "attnlab/matmul_precision.h"
 #include "cache/kv_cache.h"
 #include "formats/hf_decoder.h"
 #include "model/gpt.h"
@@ -173,6 +175,8 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const
 }
 
 void CheckFamily(const json& cfg, const MemorySource& src, KvDtype dtype, bool neox) {
+  // fp32 activations: the bound above is for equal arithmetic (the bf16 products: below).
+  ScopedWeightMatmul fp32(WeightMatmul::kF32);
   auto m16 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_stored = true});
   auto m32 = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_stored = false});
   ASSERT_TRUE(m16.ok()) << m16.status().ToString();
@@ -243,6 +247,50 @@ TEST(HfDecoder16Bit, Qwen2F16MatchesTheWidenedModelFromTheFileInPlace) {
 
 TEST(HfDecoder16Bit, GptNeoxBf16RegroupsItsFusedQkvIntoAnOwned16BitCopy) {
   CheckFamily(NeoxConfig(), NeoxTensors(KvDtype::kBF16, 3), KvDtype::kBF16, true);
+}
+
+// The bf16 products (attnlab/matmul_precision.h) against the fp32 path on the same stored
+// weights: the logits' max |difference| relative to the largest logit, printed as a test
+// property. Bound: each product rounds its input to bf16 (unit roundoff 2^-8 per element, 8
+// significant bits); with errors of random sign a product's output moves by ~2^-8 of its size.
+// The logits sit behind ~9 such products (2 layers of q|k|v, o, gate|up, down, and the head):
+// sqrt(9) x 2^-8 = 1.2% typical, and we allow 3% for the norms' amplification; one wrong weight
+// row moves the logits by ~30%. Measured here: qwen2 1.4e-2, gpt_neox 4.8e-3.
+// Decode (1-4 rows) keeps fp32 arithmetic, so the prefill/decode split changes nothing else.
+void CheckBf16Products(const json& cfg, const MemorySource& src, const char* name) {
+  ScopedWeightMatmul bf16(WeightMatmul::kBf16);
+  if (!bf16.status().ok()) GTEST_SKIP() << bf16.status().message();
+  auto m = LoadHfDecoder(cfg, "config.json", src, "mem", LoadOptions{.keep_stored = true});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto g = MakeGpt(std::move(m).value());
+  ASSERT_TRUE(g.ok());
+  std::vector<int32_t> tokens(41);
+  std::mt19937_64 rng(9);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % kV);
+  const std::vector<float> lb = Logits(**g, tokens);
+  std::vector<float> lf;
+  {
+    ScopedWeightMatmul fp32(WeightMatmul::kF32);
+    lf = Logits(**g, tokens);
+  }
+  float scale = 0, err = 0;
+  for (size_t i = 0; i < lb.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(lb[i]));
+    scale = std::max(scale, std::fabs(lf[i]));
+    err = std::max(err, std::fabs(lb[i] - lf[i]));
+  }
+  ::testing::Test::RecordProperty(std::string(name) + "_bf16_vs_fp32_rel", std::to_string(err / scale));
+  std::printf("%s: bf16 products vs fp32, logits' max |diff| / max |logit| = %.2e\n", name, err / scale);
+  EXPECT_LE(err, 3e-2f * scale);
+  EXPECT_GT(err, 0.0f);  // the bf16 path did run (rounding x changes something)
+}
+
+TEST(HfDecoder16Bit, Qwen2Bf16ProductsStayWithinBf16PrecisionOfTheFp32Path) {
+  CheckBf16Products(Qwen2Config(), Qwen2Tensors(KvDtype::kBF16, 7), "qwen2");
+}
+
+TEST(HfDecoder16Bit, GptNeoxBf16ProductsStayWithinBf16PrecisionOfTheFp32Path) {
+  CheckBf16Products(NeoxConfig(), NeoxTensors(KvDtype::kBF16, 8), "gpt_neox");
 }
 
 TEST(HfDecoder16Bit, Fp32FilesAndTheDefaultOptionsKeepFp32Weights) {
