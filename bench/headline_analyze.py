@@ -13,6 +13,7 @@ Reports (stdout, and --json FILE): CPU, threads, wall time, the report's own sec
 split (report.json run.phases: weight products, attention, diagnostics), peak RSS (the report's
 and /usr/bin/time's) against the BF16 weights' bytes, and the passes per window.
   bench/headline_analyze.py --attnlab build/attnlab [--tokens 32768] [--threads 2]
+                            [--matmul auto|fp32|bf16] [--simd avx2]
 """
 import argparse
 import glob
@@ -118,6 +119,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=32768)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--simd", default=None)
+    ap.add_argument("--matmul", default=None, help="auto, fp32 or bf16 (attnlab --matmul)")
     ap.add_argument("--extra", default="", help="more analyze flags, space-separated")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -133,6 +135,8 @@ def main():
     argv = ["/usr/bin/time", "-v", cli, "--threads", str(a.threads)]
     if a.simd:
         argv += ["--simd", a.simd]
+    if a.matmul:
+        argv += ["--matmul", a.matmul]
     argv += ["analyze", "--model", a.dir, "--tokenizer", "gpt2", "--text", text, "--max-tokens",
              str(a.tokens), "--window", str(a.tokens), "--out", out] + a.extra.split()
     print(" ".join(argv[2:]), flush=True)
@@ -156,6 +160,7 @@ def main():
     rep = json.load(open(os.path.join(out, "report.json")))
     run = rep.get("run", {})
     res = {"cpu": cpu_name(), "threads": a.threads, "simd": a.simd or "best",
+           "matmul": a.matmul or "auto",
            "tokens": a.tokens, "wall_s": wall, "report_seconds": run.get("seconds"),
            "phases": run.get("phases"), "passes": rep.get("passes", run.get("passes")),
            "peak_rss_bytes": rss, "weights_bytes": weights,

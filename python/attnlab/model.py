@@ -151,14 +151,25 @@ class Model:
         return list(self._m.hook_names())
 
     # Forwards ------------------------------------------------------------------------------
-    def __call__(self, tokens):
-        """Logits [batch, pos, vocab] (pos includes a dedicated sink token, if the model has one)."""
-        logits = self._m.forward(_to_token_array(tokens))
-        return self._out(logits, tokens)
+    def __call__(self, tokens, return_type="logits", loss_per_token=False):
+        """TransformerLens' forward: ``return_type`` "logits" (default; [batch, pos, vocab], pos
+        including a dedicated sink token if the model has one), "loss" (mean next-token cross
+        entropy in nats; with ``loss_per_token=True`` [batch, pos - 1]), "both" ((logits, loss))
+        or None (nothing)."""
+        _check_return_type(return_type)
+        arr = _to_token_array(tokens)
+        logits = self._m.forward(arr)
+        return self._returned(logits, arr, tokens, return_type, loss_per_token)
 
-    def run_with_cache(self, tokens, names_filter=None, remove_batch_dim=False):
-        """(logits, cache): the activations named by ``names_filter`` (None: all; a name, a list
-        of names, or a predicate on names)."""
+    def loss(self, tokens, per_token=False):
+        """The next-token cross entropy of ``tokens`` (nats): the mean, or [batch, pos - 1]."""
+        return self(tokens, return_type="loss", loss_per_token=per_token)
+
+    def run_with_cache(self, tokens, names_filter=None, remove_batch_dim=False,
+                       return_type="logits", loss_per_token=False):
+        """(output, cache): the activations named by ``names_filter`` (None: all; a name, a list
+        of names, or a predicate on names); output as ``return_type`` says (see __call__)."""
+        _check_return_type(return_type)
         names = self._select(names_filter)
         cache = ActivationCache()
         torch_out = _is_torch(tokens)
@@ -167,13 +178,16 @@ class Model:
             val = arr[0] if remove_batch_dim else arr
             cache[name] = self._convert(val, torch_out)
             return None
-        logits = self._m.forward_hooked(_to_token_array(tokens), names, record)
-        return self._out(logits, tokens), cache
+        arr = _to_token_array(tokens)
+        logits = self._m.forward_hooked(arr, names, record)
+        return self._returned(logits, arr, tokens, return_type, loss_per_token), cache
 
-    def run_with_hooks(self, tokens, fwd_hooks=()):
-        """Logits of a forward in which each ``(name or predicate, fn)`` of ``fwd_hooks`` sees its
-        activations as ``fn(activation, hook=HookPoint)``; fn may change the activation in place
-        or return a replacement of the same shape."""
+    def run_with_hooks(self, tokens, fwd_hooks=(), return_type="logits", loss_per_token=False):
+        """The output (``return_type``, see __call__) of a forward in which each
+        ``(name or predicate, fn)`` of ``fwd_hooks`` sees its activations as
+        ``fn(activation, hook=HookPoint)``; fn may change the activation in place or return a
+        replacement of the same shape."""
+        _check_return_type(return_type)
         by_name = {}
         all_names = self.hook_names()
         for entry in fwd_hooks:
@@ -200,8 +214,9 @@ class Model:
             except (TypeError, ValueError) as e:
                 raise ValueError("hook %s returned something that is not an array of numbers "
                                  "(%s)" % (name, e)) from None
-        logits = self._m.forward_hooked(_to_token_array(tokens), list(by_name), dispatch)
-        return self._out(logits, tokens)
+        arr = _to_token_array(tokens)
+        logits = self._m.forward_hooked(arr, list(by_name), dispatch)
+        return self._returned(logits, arr, tokens, return_type, loss_per_token)
 
     # Helpers -------------------------------------------------------------------------------
     def _select(self, names_filter, all_names=None):
@@ -232,6 +247,48 @@ class Model:
 
     def _out(self, logits, tokens):
         return self._convert(logits, _is_torch(tokens))
+
+    def _returned(self, logits, arr, tokens, return_type, loss_per_token):
+        """What a forward returns for ``return_type`` (checked by _check_return_type)."""
+        if return_type is None:
+            return None
+        torch_out = _is_torch(tokens)
+        out_logits = self._convert(logits, torch_out) if return_type in ("logits", "both") else None
+        if return_type == "logits":
+            return out_logits
+        loss = _next_token_loss(logits, arr, loss_per_token)
+        if torch_out:
+            import torch
+            loss = torch.tensor(loss, dtype=torch.float64)
+        return loss if return_type == "loss" else (out_logits, loss)
+
+
+_RETURN_TYPES = ("logits", "loss", "both", None)
+
+
+def _check_return_type(return_type):
+    if return_type not in _RETURN_TYPES:
+        raise ValueError("return_type: expected 'logits', 'loss', 'both' or None, got %r"
+                         % (return_type,))
+
+
+def _next_token_loss(logits, tokens, per_token):
+    """TransformerLens' lm_cross_entropy_loss: position t's logits predict token t + 1, in
+    float64 (log-sum-exp with the row maximum subtracted). logits [batch, pos(+1), vocab]: a
+    model with a dedicated sink token has one more position, its first, which predicts nothing.
+    Returns the mean over [batch, pos - 1] or, per_token, that array."""
+    batch, pos = tokens.shape
+    if logits.shape[1] == pos + 1:
+        logits = logits[:, 1:]
+    if pos < 2:
+        raise ValueError("loss: needs at least 2 tokens per sequence (position t predicts t + 1), "
+                         "got %d" % pos)
+    lg = logits[:, :-1].astype(np.float64)
+    m = lg.max(axis=-1, keepdims=True)
+    lse = m[..., 0] + np.log(np.exp(lg - m).sum(axis=-1))
+    target = np.take_along_axis(lg, tokens[:, 1:, None].astype(np.int64), axis=-1)[..., 0]
+    nll = lse - target
+    return nll if per_token else float(nll.mean())
 
 
 def load(path=None, tokenizer=None):

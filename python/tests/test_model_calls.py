@@ -1,0 +1,87 @@
+"""TransformerLens' forward calls (issue 39): ``return_type`` "logits" | "loss" | "both" | None and
+``loss_per_token`` on ``m(tokens)``, ``run_with_hooks`` and ``run_with_cache``, against a float64
+PyTorch forward of the same GPT-2-layout model (test_model_hooks.py's writer and truth).
+
+Tolerance: each token's loss, log-sum-exp of its logits minus the target's logit, moves by at
+most 2 max |logit error|, so |loss - truth's loss| <= 2 max |attnlab logits - truth logits| (plus
+float64 rounding); this checks the formula exactly, whatever the forward's own fp32 error.
+"""
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+from test_model_hooks import T, V, gpt2_truth, write_gpt2
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("gpt2calls"))
+    w = write_gpt2(d)
+    toks = np.random.default_rng(11).integers(0, V, size=(2, T))
+    truths = [gpt2_truth(w, list(row), torch.float64)["logits"] for row in toks]
+    return attnlab.load(d), toks, [np.asarray(t, dtype=np.float64).reshape(T, V) for t in truths]
+
+
+def torch_nll(logits, toks):
+    lg = torch.tensor(logits[:-1], dtype=torch.float64)
+    return torch.nn.functional.cross_entropy(lg, torch.tensor(toks[1:]), reduction="none").numpy()
+
+
+def test_loss_and_per_token_loss_match_torch(model):
+    m, toks, truths = model
+    logits = m(toks)
+    assert logits.shape == (2, T, V)
+    err = max(float(np.abs(logits[b] - truths[b]).max()) for b in range(2))
+    tol = 2 * err + 1e-9
+    per = m(toks, return_type="loss", loss_per_token=True)
+    assert per.shape == (2, T - 1)
+    ref = np.stack([torch_nll(truths[b], toks[b]) for b in range(2)])
+    assert np.abs(per - ref).max() <= tol
+    loss = m(toks, return_type="loss")
+    assert isinstance(loss, float)
+    assert abs(loss - ref.mean()) <= tol
+    assert abs(m.loss(toks) - loss) == 0.0
+    both_logits, both_loss = m(toks, return_type="both")
+    np.testing.assert_array_equal(both_logits, logits)
+    assert both_loss == loss
+    assert m(toks, return_type=None) is None
+
+
+def test_hooked_forwards_return_the_same_and_an_edit_changes_the_loss(model):
+    m, toks, _ = model
+    loss = m(toks, return_type="loss")
+    assert m.run_with_hooks(toks, return_type="loss") == loss
+    out, cache = m.run_with_cache(toks, names_filter="blocks.0.attn.hook_pattern",
+                                  return_type="loss")
+    # Layer 0 asked for its pattern: it runs the explicit kernel instead of the flash one, which
+    # rounds differently (fp32, ~1e-6 relative on 40 tokens).
+    assert abs(out - loss) <= 1e-5 * loss and "blocks.0.attn.hook_pattern" in cache
+
+    def zero_first_key(pattern, hook):  # the mission's experiment: no attention on token 0
+        pattern[:, :, 1:, 0] = 0.0
+        pattern /= pattern.sum(-1, keepdims=True)
+        return pattern
+    edited = m.run_with_hooks(toks, fwd_hooks=[("blocks.0.attn.hook_pattern", zero_first_key)],
+                              return_type="loss")
+    assert np.isfinite(edited) and edited != loss
+
+
+def test_torch_tokens_give_torch_losses(model):
+    m, toks, _ = model
+    t = torch.tensor(toks)
+    loss = m(t, return_type="loss")
+    assert isinstance(loss, torch.Tensor) and loss.dim() == 0
+    per = m(t, return_type="loss", loss_per_token=True)
+    assert isinstance(per, torch.Tensor) and tuple(per.shape) == (2, T - 1)
+    assert abs(float(loss) - m(toks, return_type="loss")) == 0.0
+
+
+def test_bad_calls_raise(model):
+    m, toks, _ = model
+    with pytest.raises(ValueError, match="return_type"):
+        m(toks, return_type="probs")
+    with pytest.raises(ValueError, match="return_type"):
+        m.run_with_hooks(toks, return_type="logit")
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        m(toks[:, :1], return_type="loss")
