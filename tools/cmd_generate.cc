@@ -13,7 +13,6 @@
 // Generation stops early only when the model produces its end-of-text token, and says so.
 // --json prints one JSON document (prompt and generated token ids and text, the policy) instead
 // of the streamed text.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -21,8 +20,8 @@
 
 #include "cli_model.h"
 #include "commands.h"
-#include "inference/sampler.h"
 #include "cache/streaming_cache.h"
+#include "inference/generate.h"
 
 namespace attnlab::cli {
 namespace {
@@ -80,16 +79,20 @@ void Run(const GenerateOptions& o) {
   }
   ids.insert(ids.end(), enc.value().begin(), enc.value().end());
   const int64_t P = static_cast<int64_t>(ids.size());
-  std::unique_ptr<KvCache> cache;
-  int64_t step_max = P;  // prompt tokens per prefill step
-  StreamingCacheConfig sc;
+  GenerationConfig gc;
+  gc.max_new_tokens = o.max_tokens;
+  gc.sampler = o.sampler;
+  gc.policy = policy.value();
+  gc.n_sink = o.sinks;
+  gc.window = bounded && o.window_opt->count() > 0 ? o.window : 0;
+  gc.kv_dtype = *kv_dtype;
+  gc.eos = m.tokenizer->eos_id();
   if (bounded) {
-    sc.policy = policy.value();
-    sc.n_sink = o.sinks;
-    sc.window = o.window_opt->count() > 0 ? o.window : c.context;
+    StreamingCacheConfig sc;
+    sc.policy = gc.policy;
+    sc.n_sink = gc.n_sink;
+    sc.window = gc.window > 0 ? gc.window : c.context;
     if (Status st = ValidateStreamingConfig(sc, c); !st.ok()) throw UsageError(st.message());
-    cache = std::make_unique<StreamingKvCache>(sc, c);
-    step_max = sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
   } else {
     // The dense cache holds the prompt and every generated token: all of them must fit the
     // context. Refused up front (rather than stopping early with success) so that a script
@@ -110,56 +113,36 @@ void Run(const GenerateOptions& o) {
                        " or less, or --policy sink (or window) to generate without a length "
                        "limit at constant memory");
     }
-    auto made = MakeKvCache(c, *kv_dtype);  // linear attention: its running state
-    Check(made.status(), "--kv-dtype");
-    cache = std::move(made).value();
   }
   const int64_t n_new = o.max_tokens;
-  Sampler sampler(o.sampler);
   if (!o.json) {
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < P; s += step_max) {
-    const int64_t n = std::min<int64_t>(step_max, P - s);
-    Check(g.Forward(ids.data() + s, nullptr, 1, n, nullptr, cache.get()));
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  const int64_t V = c.vocab_size;
-  const float* last = g.logits() + (g.last_len() - 1) * V;
-  std::vector<int32_t> generated;
   std::string generated_text;
-  bool stopped_at_eos = false;
-  while (static_cast<int64_t>(generated.size()) < n_new) {
-    const int32_t next = sampler.Sample(std::span<const float>(last, V));
-    if (m.tokenizer->eos_id() && next == *m.tokenizer->eos_id()) {
-      stopped_at_eos = true;
-      break;
-    }
+  Result<Generation> gen = Generate(g, ids, gc, [&](int32_t next) -> Status {
     auto bytes = m.tokenizer->TokenBytes(next);
-    Check(bytes.status());
-    generated.push_back(next);
+    ATTNLAB_RETURN_IF_ERROR(bytes.status());
     generated_text += bytes.value();
     if (!o.json) {
       std::fwrite(bytes.value().data(), 1, bytes.value().size(), stdout);
       std::fflush(stdout);
     }
-    if (static_cast<int64_t>(generated.size()) == n_new) break;
-    Check(g.Forward(&next, nullptr, 1, 1, nullptr, cache.get()));
-    last = g.logits();
-  }
-  const auto t2 = std::chrono::steady_clock::now();
-  const double prefill = std::chrono::duration<double>(t1 - t0).count();
-  const double decode = std::chrono::duration<double>(t2 - t1).count();
+    return Status::Ok();
+  });
+  Check(gen.status());
+  const std::vector<int32_t>& generated = gen->tokens;
+  const bool stopped_at_eos = gen->stopped_at_eos;
+  const double prefill = gen->prefill_seconds;
+  const double decode = gen->decode_seconds;
   const int64_t produced = static_cast<int64_t>(generated.size());
   const double tps = decode > 0 ? produced / decode : 0.0;
   if (o.json) {
     nlohmann::json j{
         {"model", m.path},
         {"policy", o.policy},
-        {"window", bounded ? nlohmann::json(sc.window) : nlohmann::json()},
-        {"sinks", sc.policy == CachePolicy::kSinkWindow && bounded ? nlohmann::json(sc.n_sink)
+        {"window", bounded ? nlohmann::json(gc.window > 0 ? gc.window : c.context) : nlohmann::json()},
+        {"sinks", gc.policy == CachePolicy::kSinkWindow ? nlohmann::json(gc.n_sink)
                                                                     : nlohmann::json()},
         {"kv_dtype", o.kv_dtype},
         {"context", c.context},
@@ -179,8 +162,8 @@ void Run(const GenerateOptions& o) {
         {"stop_reason", stopped_at_eos ? "end-of-text" : "max-tokens"},
         {"prefill_seconds", prefill},
         {"decode_tokens_per_s", tps},
-        {"cache_tokens", cache->size()},
-        {"cache_bytes", cache->bytes()}};
+        {"cache_tokens", gen->cache_tokens},
+        {"cache_bytes", gen->cache_bytes}};
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -195,7 +178,7 @@ void Run(const GenerateOptions& o) {
                "[%ld prompt tokens in %.3f s; %ld tokens generated at %.1f tokens/s; cache %s, "
                "%ld tokens, %.1f MiB]\n",
                static_cast<long>(P), prefill, static_cast<long>(produced), tps, o.policy.c_str(),
-               static_cast<long>(cache->size()), cache->bytes() / 1048576.0);
+               static_cast<long>(gen->cache_tokens), gen->cache_bytes / 1048576.0);
 }
 
 }  // namespace

@@ -218,6 +218,54 @@ class Model:
         logits = self._m.forward_hooked(arr, list(by_name), dispatch)
         return self._returned(logits, arr, tokens, return_type, loss_per_token)
 
+    # Generation ----------------------------------------------------------------------------
+    def generate(self, input="", max_new_tokens=10, temperature=1.0, top_k=None, top_p=None,
+                 seed=None, do_sample=True, stop_at_eos=True, eos_token_id=None, policy="dense",
+                 sinks=4, window=None, prepend_bos=None, return_type="input"):
+        """Samples a continuation of one prompt (TransformerLens' generate, on attnlab's caches).
+
+        input: a string (tokenized with BOS as the model was trained, or per ``prepend_bos``) or
+        tokens ([pos] or [1, pos]). ``do_sample=False`` or ``temperature=0`` is greedy; else
+        temperature, ``top_k`` (None: all) and ``top_p`` (None: 1) sample with ``seed`` (None: a
+        fresh random seed; an int makes it reproducible). Stops after ``max_new_tokens`` or at
+        the end-of-text token (``stop_at_eos``; ``eos_token_id`` overrides the tokenizer's).
+        ``policy``: "dense" (every token; prompt + new tokens must fit the context), "window" or
+        "sink" (StreamingLLM: ``sinks`` pinned first tokens plus the most recent, ``window``
+        tokens in all, default the context; no length limit). return_type: "input" (a string for
+        a string, else tokens), "str" (prompt text + continuation) or "tokens" ([1, pos + new],
+        torch for torch input).
+        """
+        if return_type not in ("input", "str", "tokens"):
+            raise ValueError("return_type: expected 'input', 'str' or 'tokens', got %r" % (return_type,))
+        if isinstance(input, (str, bytes)):
+            text = input.decode("utf-8") if isinstance(input, bytes) else input
+            toks = self.to_tokens(text, prepend_bos=prepend_bos)
+            if toks.shape[1] == 0:
+                raise ValueError("generate: the prompt is empty and this tokenizer has no BOS token")
+        else:
+            text = None
+            toks = _to_token_array(input)
+        if toks.shape[0] != 1:
+            raise ValueError("generate: expected one prompt, got a batch of %d" % toks.shape[0])
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % (2 ** 63))
+        eos = None
+        if stop_at_eos:
+            eos = eos_token_id if eos_token_id is not None else self._m.eos_id
+        new = self._m.generate(
+            np.ascontiguousarray(toks[0], dtype=np.int32), int(max_new_tokens),
+            float(temperature) if do_sample else 0.0, int(top_k or 0),
+            1.0 if top_p is None else float(top_p), int(seed), str(policy), int(sinks),
+            int(window or 0), None if eos is None else int(eos))
+        if return_type == "str" or (return_type == "input" and text is not None):
+            prompt_text = text if text is not None else self.to_string(toks[0])
+            return prompt_text + self.to_string(new)
+        out = np.concatenate([toks[0].astype(np.int64), new.astype(np.int64)])[None, :]
+        if _is_torch(input):
+            import torch
+            return torch.from_numpy(out)
+        return out
+
     # Helpers -------------------------------------------------------------------------------
     def _select(self, names_filter, all_names=None):
         all_names = all_names if all_names is not None else self.hook_names()

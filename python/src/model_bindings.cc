@@ -19,7 +19,9 @@
 
 #include "attnlab/model_config.h"
 #include "bindings.h"
+#include "cache/streaming_cache.h"
 #include "cli_model.h"
+#include "inference/generate.h"
 #include "model/forward_hooks.h"
 #include "model/gpt.h"
 
@@ -192,6 +194,28 @@ py::array_t<float> Forward(LoadedModel& m, const Tokens& tokens, PyHooks* hooks)
   return logits;
 }
 
+// Generates after prompt [P] (int32): the new ids, without the prompt (inference/generate.h).
+py::array_t<int32_t> GenerateTokens(LoadedModel& m, const Tokens& prompt, GenerationConfig gc) {
+  if (prompt.ndim() != 1) {
+    throw py::value_error("generate: expected one prompt, [pos] or [1, pos]");
+  }
+  if (m.runner().load() == std::this_thread::get_id()) {
+    throw py::value_error("this model is running a forward already (a hook cannot call the "
+                          "model it hooks; load a second copy for that)");
+  }
+  Result<Generation> r = Status::Internal("generate did not run");
+  {
+    py::gil_scoped_release release;
+    KernelLock kernels;
+    std::lock_guard<std::mutex> lock(m.mu());
+    m.runner().store(std::this_thread::get_id());
+    r = Generate(m.gpt(), std::span<const int32_t>(prompt.data(), prompt.size()), gc);
+    m.runner().store(std::thread::id());
+  }
+  ThrowIfError(r.status());
+  return py::array_t<int32_t>(static_cast<py::ssize_t>(r->tokens.size()), r->tokens.data());
+}
+
 }  // namespace
 
 void BindModel(py::module_& m) {
@@ -237,6 +261,30 @@ void BindModel(py::module_& m) {
              return py::bytes(s.value());
            })
       .def("hook_names", [](LoadedModel& self) { return HookNames(self.gpt()); })
+      .def_property_readonly("eos_id",
+                             [](LoadedModel& self) -> std::optional<int32_t> {
+                               const auto& t = self.cli().tokenizer;
+                               return t ? t->eos_id() : std::nullopt;
+                             })
+      .def(
+          "generate",
+          [](LoadedModel& self, const Tokens& prompt, int64_t max_new_tokens, float temperature,
+             int64_t top_k, float top_p, uint64_t seed, const std::string& policy, int64_t sinks,
+             int64_t window, std::optional<int32_t> eos) {
+            GenerationConfig gc;
+            gc.max_new_tokens = max_new_tokens;
+            gc.sampler = SamplerConfig{temperature, top_k, top_p, seed};
+            Result<CachePolicy> p = ParseCachePolicy(policy);
+            ThrowIfError(p.status());
+            gc.policy = *p;
+            gc.n_sink = sinks;
+            gc.window = window;
+            gc.eos = eos;
+            return GenerateTokens(self, prompt, gc);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
+          py::arg("top_p"), py::arg("seed"), py::arg("policy"), py::arg("sinks"),
+          py::arg("window"), py::arg("eos"))
       .def("forward",
            [](LoadedModel& self, const Tokens& tokens) { return Forward(self, tokens, nullptr); },
            py::arg("tokens"))

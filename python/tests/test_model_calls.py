@@ -85,3 +85,55 @@ def test_bad_calls_raise(model):
         m.run_with_hooks(toks, return_type="logit")
     with pytest.raises(ValueError, match="at least 2 tokens"):
         m(toks[:, :1], return_type="loss")
+
+
+# generate -------------------------------------------------------------------------------------
+
+def naive_greedy(m, toks, n):
+    """The greedy continuation by full forwards, no cache: argmax of the last row each time."""
+    seq = list(toks)
+    for _ in range(n):
+        seq.append(int(np.argmax(m(np.array(seq))[0, -1])))
+    return seq[len(toks):]
+
+
+def test_generate_greedy_equals_full_forwards(model):
+    m, toks, _ = model
+    prompt = toks[0, :8]
+    out = m.generate(prompt, max_new_tokens=12, do_sample=False, stop_at_eos=False)
+    assert out.shape == (1, 20) and out.dtype == np.int64
+    np.testing.assert_array_equal(out[0, :8], prompt)
+    assert list(out[0, 8:]) == naive_greedy(m, list(prompt), 12)
+    t = m.generate(torch.tensor(prompt), max_new_tokens=3, do_sample=False, stop_at_eos=False)
+    assert isinstance(t, torch.Tensor) and list(t[0]) == list(out[0, :11])
+
+
+def test_generate_text_seeds_and_the_sink_cache_past_the_context():
+    m = attnlab.load()  # the embedded default model (RoPE, context 256, BOS first)
+    a = m.generate("The jury said", max_new_tokens=15, seed=4)
+    assert a.startswith("The jury said") and len(a) > len("The jury said")
+    assert m.generate("The jury said", max_new_tokens=15, seed=4) == a
+    greedy = m.generate("The jury said", max_new_tokens=10, temperature=0.0, return_type="tokens",
+                        stop_at_eos=False)
+    assert list(greedy[0, -10:]) == naive_greedy(m, list(greedy[0, :-10]), 10)
+    long = m.generate("The jury said", max_new_tokens=400, policy="sink", sinks=4, window=64,
+                      seed=1, return_type="tokens", stop_at_eos=False)
+    assert long.shape[1] == m.to_tokens("The jury said").shape[1] + 400  # past the context
+    with pytest.raises(ValueError, match="context of 256"):
+        m.generate("The jury said", max_new_tokens=400)  # the dense cache cannot hold it
+
+
+def test_generate_bad_requests_raise(model):
+    m, toks, _ = model
+    with pytest.raises(ValueError, match="evaluation baseline"):
+        m.generate(toks[0, :4], policy="recompute")
+    with pytest.raises(ValueError, match="unknown"):
+        m.generate(toks[0, :4], policy="h2o")
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        m.generate(toks[0, :4], max_new_tokens=0)
+    with pytest.raises(ValueError, match="one prompt"):
+        m.generate(toks[:, :4])
+    with pytest.raises(ValueError, match="return_type"):
+        m.generate(toks[0, :4], return_type="logits")
+    with pytest.raises(ValueError, match="top-p"):
+        m.generate(toks[0, :4], top_p=0.0)
