@@ -115,9 +115,13 @@ class Model:
             self.path, self.format, self.cfg.n_layers, self.cfg.n_heads, self.cfg.d_model)
 
     # Tokens --------------------------------------------------------------------------------
-    def to_tokens(self, text, prepend_bos=None):
+    def to_tokens(self, text, prepend_bos=None, padding_side="right"):
         """[1, pos] int64 token ids of ``text``; BOS first when the model was trained with it
-        (``prepend_bos=None``) or when asked."""
+        (``prepend_bos=None``) or when asked. A list of strings gives [batch, longest], each row
+        padded on the right with ``pad_token_id`` (``attention_mask(tokens)``... see
+        ``batch_tokens`` for the mask)."""
+        if isinstance(text, (list, tuple)):
+            return self.batch_tokens(text, prepend_bos, padding_side)[0]
         if isinstance(text, str):
             text = text.encode("utf-8")
         if not isinstance(text, (bytes, bytearray)):
@@ -131,6 +135,44 @@ class Model:
                 raise ValueError("prepend_bos: this model's tokenizer has no BOS token")
             ids = np.concatenate([[bos], ids]).astype(np.int64)
         return ids[None, :]
+
+    @property
+    def pad_token_id(self):
+        """The id right padding uses: the end-of-text token, else BOS, else 0 (its logits and
+        the positions it fills are masked out; its value never reaches a real position)."""
+        for t in (self._m.eos_id, self._m.bos_id):
+            if t is not None:
+                return int(t)
+        return 0
+
+    def batch_tokens(self, texts, prepend_bos=None, padding_side="right"):
+        """(tokens [batch, longest] int64, attention_mask [batch, longest] int64, 1 = a real
+        token) for a list of strings or of token sequences of different lengths, right-padded.
+
+        Right padding is exact for a causal model: a pad token comes after every real token of
+        its row, so no real position attends to it, and each prompt's logits equal those of a
+        forward of that prompt alone (tested). Left padding would shift the positions and needs
+        a mask on the keys: refused."""
+        if padding_side != "right":
+            raise ValueError("padding_side: only 'right' is supported (exact for causal models: "
+                             "pads come after every real token), got %r" % (padding_side,))
+        if not isinstance(texts, (list, tuple)) or len(texts) == 0:
+            raise ValueError("batch_tokens: expected a non-empty list of strings or token lists")
+        rows = []
+        for t in texts:
+            if isinstance(t, (str, bytes)):
+                rows.append(self.to_tokens(t, prepend_bos=prepend_bos)[0])
+            else:
+                rows.append(_to_token_array(t)[0] if np.ndim(t) <= 1 else _bad_row(t))
+        longest = max(len(r) for r in rows)
+        tokens = np.full((len(rows), longest), self.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(rows), longest), dtype=np.int64)
+        for i, r in enumerate(rows):
+            if len(r) == 0:
+                raise ValueError("batch_tokens: prompt %d has no tokens" % i)
+            tokens[i, :len(r)] = r
+            mask[i, :len(r)] = 1
+        return tokens, mask
 
     def to_string(self, tokens):
         """The text of ``tokens`` ([pos] -> a string; [batch, pos] -> a list of strings)."""
@@ -151,22 +193,29 @@ class Model:
         return list(self._m.hook_names())
 
     # Forwards ------------------------------------------------------------------------------
-    def __call__(self, tokens, return_type="logits", loss_per_token=False):
+    def __call__(self, tokens, return_type="logits", loss_per_token=False, attention_mask=None):
         """TransformerLens' forward: ``return_type`` "logits" (default; [batch, pos, vocab], pos
         including a dedicated sink token if the model has one), "loss" (mean next-token cross
         entropy in nats; with ``loss_per_token=True`` [batch, pos - 1]), "both" ((logits, loss))
-        or None (nothing)."""
-        _check_return_type(return_type)
-        arr = _to_token_array(tokens)
-        logits = self._m.forward(arr)
-        return self._returned(logits, arr, tokens, return_type, loss_per_token)
+        or None (nothing).
 
-    def loss(self, tokens, per_token=False):
+        tokens: ids ([pos] or [batch, pos]), a string, or a list of strings or token lists of
+        different lengths (one batch, right-padded: see batch_tokens). ``attention_mask``
+        [batch, pos] (1 = real) marks right padding of a token array. Padded positions'
+        logits are computed but mean nothing; the loss leaves out every prediction of or from a
+        pad (per token: 0 there)."""
+        _check_return_type(return_type)
+        arr, mask = self._prepare(tokens, attention_mask)
+        logits = self._m.forward(arr)
+        return self._returned(logits, arr, tokens, return_type, loss_per_token, mask)
+
+    def loss(self, tokens, per_token=False, attention_mask=None):
         """The next-token cross entropy of ``tokens`` (nats): the mean, or [batch, pos - 1]."""
-        return self(tokens, return_type="loss", loss_per_token=per_token)
+        return self(tokens, return_type="loss", loss_per_token=per_token,
+                    attention_mask=attention_mask)
 
     def run_with_cache(self, tokens, names_filter=None, remove_batch_dim=False,
-                       return_type="logits", loss_per_token=False):
+                       return_type="logits", loss_per_token=False, attention_mask=None):
         """(output, cache): the activations named by ``names_filter`` (None: all; a name, a list
         of names, or a predicate on names); output as ``return_type`` says (see __call__)."""
         _check_return_type(return_type)
@@ -178,11 +227,12 @@ class Model:
             val = arr[0] if remove_batch_dim else arr
             cache[name] = self._convert(val, torch_out)
             return None
-        arr = _to_token_array(tokens)
+        arr, mask = self._prepare(tokens, attention_mask)
         logits = self._m.forward_hooked(arr, names, record)
-        return self._returned(logits, arr, tokens, return_type, loss_per_token), cache
+        return self._returned(logits, arr, tokens, return_type, loss_per_token, mask), cache
 
-    def run_with_hooks(self, tokens, fwd_hooks=(), return_type="logits", loss_per_token=False):
+    def run_with_hooks(self, tokens, fwd_hooks=(), return_type="logits", loss_per_token=False,
+                       attention_mask=None):
         """The output (``return_type``, see __call__) of a forward in which each
         ``(name or predicate, fn)`` of ``fwd_hooks`` sees its activations as
         ``fn(activation, hook=HookPoint)``; fn may change the activation in place or return a
@@ -214,9 +264,9 @@ class Model:
             except (TypeError, ValueError) as e:
                 raise ValueError("hook %s returned something that is not an array of numbers "
                                  "(%s)" % (name, e)) from None
-        arr = _to_token_array(tokens)
+        arr, mask = self._prepare(tokens, attention_mask)
         logits = self._m.forward_hooked(arr, list(by_name), dispatch)
-        return self._returned(logits, arr, tokens, return_type, loss_per_token)
+        return self._returned(logits, arr, tokens, return_type, loss_per_token, mask)
 
     # Generation ----------------------------------------------------------------------------
     def generate(self, input="", max_new_tokens=10, temperature=1.0, top_k=None, top_p=None,
@@ -296,7 +346,29 @@ class Model:
     def _out(self, logits, tokens):
         return self._convert(logits, _is_torch(tokens))
 
-    def _returned(self, logits, arr, tokens, return_type, loss_per_token):
+    def _prepare(self, tokens, attention_mask):
+        """(int32 [batch, pos] ids, int64 mask or None) for a forward. Strings and ragged lists
+        are tokenized and right-padded; an attention_mask must be right padding of `tokens`."""
+        if isinstance(tokens, (str, bytes)):
+            tokens = [tokens]
+        if isinstance(tokens, (list, tuple)) and len(tokens) > 0 and (
+                isinstance(tokens[0], (str, bytes)) or
+                len({np.size(t) if np.ndim(t) == 1 else -1 for t in tokens}) > 1):
+            if attention_mask is not None:
+                raise ValueError("attention_mask: give it with a padded token array, not with "
+                                 "strings or ragged lists (those are padded for you)")
+            arr, mask = self.batch_tokens(list(tokens))
+        else:
+            arr = _to_token_array(tokens)
+            mask = None
+            if attention_mask is not None:
+                mask = _check_mask(attention_mask, arr.shape)
+        if mask is not None and not mask.all() and not bool(self.config.get("causal", True)):
+            raise ValueError("padding needs a causal model (this one attends both ways, so its "
+                             "real tokens would see the pads): run the prompts one at a time")
+        return np.ascontiguousarray(arr, dtype=np.int32), mask
+
+    def _returned(self, logits, arr, tokens, return_type, loss_per_token, mask=None):
         """What a forward returns for ``return_type`` (checked by _check_return_type)."""
         if return_type is None:
             return None
@@ -304,7 +376,7 @@ class Model:
         out_logits = self._convert(logits, torch_out) if return_type in ("logits", "both") else None
         if return_type == "logits":
             return out_logits
-        loss = _next_token_loss(logits, arr, loss_per_token)
+        loss = _next_token_loss(logits, arr, loss_per_token, mask)
         if torch_out:
             import torch
             loss = torch.tensor(loss, dtype=torch.float64)
@@ -320,11 +392,39 @@ def _check_return_type(return_type):
                          % (return_type,))
 
 
-def _next_token_loss(logits, tokens, per_token):
+def _bad_row(t):
+    raise ValueError("batch_tokens: each prompt must be a string or a 1-D token list, got %d "
+                     "dimensions" % np.ndim(t))
+
+
+def _check_mask(attention_mask, shape):
+    """attention_mask -> int64 [batch, pos]: 0/1, the same shape as the tokens, each row ones
+    then zeros (right padding) with at least one real token."""
+    if _is_torch(attention_mask):
+        attention_mask = attention_mask.detach().cpu().numpy()
+    m = np.asarray(attention_mask)
+    if m.ndim == 1:
+        m = m[None, :]
+    if tuple(m.shape) != tuple(shape):
+        raise ValueError("attention_mask: expected the tokens' shape %s, got %s"
+                         % (list(shape), list(m.shape)))
+    if not np.isin(m, (0, 1)).all():
+        raise ValueError("attention_mask: expected 0 (pad) and 1 (real token) only")
+    m = m.astype(np.int64)
+    lengths = m.sum(axis=1)
+    for i, n in enumerate(lengths):
+        if n == 0 or not (m[i, :n] == 1).all():
+            raise ValueError("attention_mask: row %d is not right padding (ones, then zeros, at "
+                             "least one one); only right padding is supported" % i)
+    return m
+
+
+def _next_token_loss(logits, tokens, per_token, mask=None):
     """TransformerLens' lm_cross_entropy_loss: position t's logits predict token t + 1, in
     float64 (log-sum-exp with the row maximum subtracted). logits [batch, pos(+1), vocab]: a
     model with a dedicated sink token has one more position, its first, which predicts nothing.
-    Returns the mean over [batch, pos - 1] or, per_token, that array."""
+    mask: right padding (1 = real): predictions of a pad are left out (0 per token).
+    Returns the mean over the valid [batch, pos - 1] or, per_token, that array."""
     batch, pos = tokens.shape
     if logits.shape[1] == pos + 1:
         logits = logits[:, 1:]
@@ -336,7 +436,11 @@ def _next_token_loss(logits, tokens, per_token):
     lse = m[..., 0] + np.log(np.exp(lg - m).sum(axis=-1))
     target = np.take_along_axis(lg, tokens[:, 1:, None].astype(np.int64), axis=-1)[..., 0]
     nll = lse - target
-    return nll if per_token else float(nll.mean())
+    if mask is None:
+        return nll if per_token else float(nll.mean())
+    valid = (mask[:, 1:] == 1)  # right padding: a real target implies a real input
+    nll = np.where(valid, nll, 0.0)
+    return nll if per_token else float(nll.sum() / valid.sum())
 
 
 def load(path=None, tokenizer=None):

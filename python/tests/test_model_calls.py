@@ -137,3 +137,73 @@ def test_generate_bad_requests_raise(model):
         m.generate(toks[0, :4], return_type="logits")
     with pytest.raises(ValueError, match="top-p"):
         m.generate(toks[0, :4], top_p=0.0)
+
+
+# batches of prompts of different lengths -----------------------------------------------------
+
+def check_batch_equals_one_at_a_time(m, prompts):
+    """Right-padded batch vs each prompt alone: the same logits on every real position (up to the
+    fp32 rounding of products tiled differently for another row count: 1e-5 of the largest
+    logit), and the batch's loss is the token-weighted mean of the prompts' own losses."""
+    tokens, mask = m.batch_tokens(prompts)
+    logits = m(tokens, attention_mask=mask)
+    lengths = mask.sum(1)
+    total, count = 0.0, 0
+    for i, p in enumerate(prompts):
+        alone_tokens = tokens[i:i + 1, :lengths[i]]
+        alone = m(alone_tokens)
+        shift = alone.shape[1] - lengths[i]  # a dedicated sink token adds one position
+        got = logits[i, :lengths[i] + shift]
+        scale = np.abs(alone[0]).max()
+        assert np.abs(got - alone[0]).max() <= 1e-5 * scale, i
+        if lengths[i] >= 2:
+            total += m(alone_tokens, return_type="loss") * (lengths[i] - 1)
+            count += lengths[i] - 1
+    per = m(tokens, attention_mask=mask, return_type="loss", loss_per_token=True)
+    assert (per[mask[:, 1:] == 0] == 0).all()
+    loss = m(tokens, attention_mask=mask, return_type="loss")
+    assert abs(loss - total / count) <= 1e-5 * abs(loss)
+    return tokens, mask
+
+
+def test_a_batch_of_strings_equals_each_string_alone():
+    m = attnlab.load()
+    prompts = ["The jury said", "It was a bright cold day in April, and the clocks",
+               "Hello", "A much longer prompt than the others, so that the shorter ones are "
+               "padded by many tokens on the right."]
+    tokens, mask = check_batch_equals_one_at_a_time(m, prompts)
+    assert tokens.shape[0] == 4 and (tokens[mask == 0] == m.pad_token_id).all()
+    # Strings straight into the forward: padded the same way.
+    np.testing.assert_array_equal(m(prompts), m(tokens, attention_mask=mask))
+    assert m(prompts, return_type="loss") == m(tokens, attention_mask=mask, return_type="loss")
+
+
+def test_ragged_token_lists_on_gpt2_and_a_llama_layout(model, tmp_path):
+    m, toks, _ = model
+    check_batch_equals_one_at_a_time(m, [list(toks[0, :7]), list(toks[1, :T]), list(toks[0, :1])])
+    import hf_decoder_torch_test as hf
+    cfg = hf.base_cfg("llama")  # 4 query heads, 2 kv heads, RoPE
+    hf.write_model(str(tmp_path), cfg, hf.make_weights(cfg, torch.Generator().manual_seed(3)),
+                   "F32", 1)
+    ll = attnlab.load(str(tmp_path))
+    rng = np.random.default_rng(8)
+    check_batch_equals_one_at_a_time(
+        ll, [list(rng.integers(0, cfg["vocab_size"], n)) for n in (5, 23, 2, 17)])
+
+
+def test_bad_batches_raise(model):
+    m, toks, _ = model
+    with pytest.raises(ValueError, match="right padding"):
+        m(toks, attention_mask=np.array([[0] * T, [1] * T]))
+    with pytest.raises(ValueError, match="right padding"):
+        m(toks, attention_mask=np.array([[1, 0] + [1] * (T - 2), [1] * T]))
+    with pytest.raises(ValueError, match="tokens' shape"):
+        m(toks, attention_mask=np.ones((2, T - 1)))
+    with pytest.raises(ValueError, match="0 \\(pad\\) and 1"):
+        m(toks, attention_mask=np.full((2, T), 2))
+    with pytest.raises(ValueError, match="padding_side"):
+        m.batch_tokens([[1, 2], [3]], padding_side="left")
+    with pytest.raises(ValueError, match="not with strings or ragged"):
+        m([[1, 2], [3]], attention_mask=np.ones((2, 2)))
+    with pytest.raises(ValueError, match="non-empty list"):
+        m.batch_tokens([])
