@@ -530,9 +530,11 @@ def linear_attention(q, k, v, mutation):
     return (w @ v) / (w.sum(-1, keepdim=True) + f32(1e-6))
 
 
-def attention(c, q, k, v, sink_logits, mutation, key_bias=None):
+def attention(c, q, k, v, sink_logits, mutation, key_bias=None, pattern_edit=None):
     """q [B, H, Tm, hd], k, v [B, Hkv, Tm, hd] -> [B, H, Tm, hd] (attention.h). key_bias: None
-    or k* [Hkv, hd], one more entry per row with score scale q . k* and value 0 (Gu et al.)."""
+    or k* [Hkv, hd], one more entry per row with score scale q . k* and value 0 (Gu et al.).
+    pattern_edit: None or fn(p [B, H, Tm, Tm], visible [B, H, Tm, Tm]) -> p, applied to the
+    normalised variants' probabilities before they weight v (python/tests' interventions)."""
     B, H, Tm, hd = q.shape
     Hkv = k.shape[1]
     group = H // Hkv
@@ -609,11 +611,16 @@ def attention(c, q, k, v, sink_logits, mutation, key_bias=None):
     has_key = vis.any(-1, keepdim=True)
     safe = torch.where(has_key, den, torch.ones_like(den))
     p = torch.where(has_key, e / safe, torch.zeros_like(e))
+    if pattern_edit is not None:
+        p = pattern_edit(p, vis)
     return p @ v
 
 
-def truth_forward(c, W, tokens, targets, mutation=None):
-    """W: name -> float64 leaf tensor. tokens, targets: int64 [B, T]. -> (logits [B, T, V], loss)."""
+def truth_forward(c, W, tokens, targets, mutation=None, edits=None):
+    """W: name -> float64 leaf tensor. tokens, targets: int64 [B, T]. -> (logits [B, T, V], loss).
+    edits: {("pattern", l): fn(p, visible) -> p, ("z", l): fn(z [B, H, Tm, hd]) -> z} (the head
+    outputs before an output gate), for python/tests' interventions."""
+    edits = edits or {}
     B, T = tokens.shape
     C, H, L = c["d_model"], c["n_head"], c["n_layer"]
     Hkv = c["n_kv_head"] or H
@@ -690,7 +697,9 @@ def truth_forward(c, W, tokens, targets, mutation=None):
         if wl and mutation != "window_every_layer" and wl[l] == "f":
             cl = dict(c, attention_window=-1)
         att = attention(cl, q, k, v, W.get(h + "attn.sink"), mutation,
-                        W.get(h + "attn.key_bias"))  # [B, H, Tm, hd]
+                        W.get(h + "attn.key_bias"), edits.get(("pattern", l)))  # [B, H, Tm, hd]
+        if ("z", l) in edits:
+            att = edits[("z", l)](att)
         if c["output_gate"]:
             z = a_in @ W[h + "attn.gate.weight"]
             if mutation != "gate_bias_dropped":

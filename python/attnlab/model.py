@@ -268,6 +268,27 @@ class Model:
         logits = self._m.forward_hooked(arr, list(by_name), dispatch)
         return self._returned(logits, arr, tokens, return_type, loss_per_token, mask)
 
+    # Interventions (attnlab/interventions.py) -----------------------------------------------
+    def ablate_head(self, tokens, layer, head, method="zero", on="z", **kw):
+        """See interventions.ablate_head."""
+        from . import interventions
+        return interventions.ablate_head(self, tokens, layer, head, method, on, **kw)
+
+    def mask_first_key(self, tokens, layers=None, heads=None, **kw):
+        """See interventions.mask_first_key."""
+        from . import interventions
+        return interventions.mask_first_key(self, tokens, layers, heads, **kw)
+
+    def patch(self, tokens, source, names, positions=None, heads=None, **kw):
+        """See interventions.patch."""
+        from . import interventions
+        return interventions.patch(self, tokens, source, names, positions, heads, **kw)
+
+    def logit_lens(self, tokens, layers=None, **kw):
+        """See interventions.logit_lens."""
+        from . import interventions
+        return interventions.logit_lens(self, tokens, layers, **kw)
+
     # Generation ----------------------------------------------------------------------------
     def generate(self, input="", max_new_tokens=10, temperature=1.0, top_k=None, top_p=None,
                  seed=None, do_sample=True, stop_at_eos=True, eos_token_id=None, policy="dense",
