@@ -18,6 +18,7 @@ def test_python_page_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "layer 0: last token -> token 0" in out
     assert "with key 0 masked" in out
+    assert "strongest first-token head" in out and "key 0 masked in every layer" in out
 
 
 def test_readme_python_snippet_runs():
