@@ -6,6 +6,7 @@
     m = attnlab.load()                                      # any model the CLI opens
     logits, cache = m.run_with_cache(m.to_tokens("The jury said"))
     report = attnlab.analyze(max_tokens=512)                # the lab's commands, as dicts
+    attnlab.show_attention(cache, m.to_str_tokens(...), path="view.html")  # interactive page
 """
 import os as _os
 
@@ -20,5 +21,6 @@ from . import _attnlab  # noqa: E402
 from ._engine import attention, attention_backward, set_num_threads, num_threads, simd_target  # noqa: E402,F401
 from .model import Model, ActivationCache, HookPoint, get_act_name, load  # noqa: E402,F401
 from .lab import analyze, stream, generate, experiment, run  # noqa: E402,F401
+from .attention_view import show_attention  # noqa: E402,F401
 
 __version__ = _attnlab.__version__ if hasattr(_attnlab, "__version__") else "0.1.0"
