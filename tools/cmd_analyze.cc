@@ -19,6 +19,7 @@
 #include "core/json_number.h"
 #include "core/resources.h"
 #include "diagnostics/analysis.h"
+#include "diagnostics/probe_curve.h"
 #include "report/csv.h"
 #include "report/html_report.h"
 #include "report/svg_plot.h"
@@ -137,6 +138,60 @@ std::string LabelSinkKeys(const CliModel& m, const AnalysisResult& r, nlohmann::
   return said.empty() ? "" : "Sink heads sit on " + said + ".";
 }
 
+// The embedded default model's first-token probe over its training (issue 35): its train log's
+// probe lines (diagnostics/probe_curve.h). Empty for any other model, or when the log is
+// missing or has no probe line.
+ProbeCurve DefaultModelCurve(const AnalyzeOptions& o, const CliModel& m) {
+  if (!o.model.empty()) return {};
+  Result<ProbeCurve> c = ReadProbeCurve(m.path + "/train_log.jsonl");
+  return c.ok() ? std::move(c).value() : ProbeCurve{};
+}
+
+nlohmann::json ProbeCurveJson(const ProbeCurve& c, const std::string& log) {
+  nlohmann::json pts = nlohmann::json::array();
+  for (const ProbePoint& p : c.points) {
+    pts.push_back({{"step", p.step}, {"max_alpha_1", p.max_alpha1}, {"layer", p.max_layer},
+                   {"head", p.max_head}, {"layer_mean_alpha_1", p.layer_mean}});
+  }
+  return {{"train_log", log}, {"probe", pts}, {"skipped_lines", c.skipped}};
+}
+
+// The report's note on the default model: how its sink emerged during training.
+void AddDefaultModelNote(report::HtmlReport& html, const ProbeCurve& c) {
+  if (c.points.empty()) return;
+  report::XyPlot p;
+  p.title = "The default model's first-token probe during training";
+  p.x.label = "training step";
+  p.y.label = "alpha_1 on the probe batch";
+  report::Series best{"strongest head", {}, {}};
+  std::vector<report::Series> layers(c.points.front().layer_mean.size());
+  for (size_t l = 0; l < layers.size(); ++l) layers[l].name = "layer " + std::to_string(l) + " mean";
+  for (const ProbePoint& q : c.points) {
+    best.x.push_back(static_cast<double>(q.step));
+    best.y.push_back(q.max_alpha1);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      layers[l].x.push_back(static_cast<double>(q.step));
+      layers[l].y.push_back(l < q.layer_mean.size() ? q.layer_mean[l] : NAN);
+    }
+  }
+  p.series.push_back(best);
+  for (auto& s : layers) p.series.push_back(std::move(s));
+  p.reference_lines.push_back({0.3, "eps = 0.3"});
+  p.markers = true;
+  const ProbePoint& last = c.points.back();
+  html.AddParagraph(
+      "About the embedded default model: its training log (train_log.jsonl) probed every head's "
+      "alpha_1 on a fixed validation batch of 256-token windows as it trained, " +
+      std::to_string(c.points.size()) + " times. At step " + std::to_string(last.step) +
+      " the strongest head (layer " + std::to_string(last.max_layer) + " head " +
+      std::to_string(last.max_head) + ") gave token 0 " + Fmt(last.max_alpha1) +
+      " of its attention; docs/DEFAULT_MODEL.md tells how each stage of training moved it.");
+  html.AddFigure(report::RenderLinePlot(p),
+                 "The sink's emergence: the strongest head's alpha_1 and each layer's mean over "
+                 "training (uniform attention over 256 positions gives 0.024).",
+                 "fig-default-model-probe");
+}
+
 void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& text_name,
                  const AnalysisResult& r, const AnalysisOptions& ao) {
   const ModelConfig& c = r.config;
@@ -146,6 +201,8 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   if (ec) throw CommandError("cannot create " + o.out + ": " + ec.message());
   nlohmann::json j = AnalysisToJson(r, ao);
   const std::string sinks_on = LabelSinkKeys(m, r, &j["sinks"]["sink_keys"]);
+  const ProbeCurve curve = DefaultModelCurve(o, m);
+  if (!curve.points.empty()) j["default_model"] = ProbeCurveJson(curve, m.path + "/train_log.jsonl");
   Check(WriteFileAtomically(o.out + "/report.json", j.dump(2) + "\n"));
 
   // CSV tables.
@@ -264,6 +321,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                    "|k_0| / mean |k|", "cos(q, k_0)", "cos(q, other keys)"},
                   rows, "The ten heads that attend most to token 0.");
   }
+  AddDefaultModelNote(html, curve);
   if (!r.layers.empty() && r.layers[0].extreme.windows > 0) {
     html.AddParagraph(
         "Extreme tokens (Guo et al. 2024, active-dormant heads): a head is dormant on a window when "

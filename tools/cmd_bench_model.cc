@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/matmul_precision.h"
 #include "attnlab/thread_pool.h"
 #include "bench_attention.h"
 #include "bench_json.h"
@@ -372,9 +373,10 @@ void RunAll(const BenchModelOptions& o) {
   const bench::TableRow peak =
       SgemmPeakRow(static_cast<int>(std::clamp<int64_t>(o.steps, 1, 3)));
   if (!o.json) {
-    std::printf("# CPU: %s | threads: %d | %s | kernels %s | training = forward + backward + "
-                "AdamW\n",
-                doc.cpu().c_str(), doc.threads(), doc.date().c_str(), doc.simd_kernels().c_str());
+    std::printf("# CPU: %s | threads: %d | %s | kernels %s | BF16 weights: %s | training = "
+                "forward + backward + AdamW\n",
+                doc.cpu().c_str(), doc.threads(), doc.date().c_str(), doc.simd_kernels().c_str(),
+                WeightMatmulDescription().c_str());
     bench::PrintTableHeader();
     bench::PrintTableRow(peak);
   } else {
