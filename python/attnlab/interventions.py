@@ -16,22 +16,21 @@ def _np(x):
     return x if isinstance(x, np.ndarray) else x.numpy()
 
 
+def _indices(values, n, what):
+    """values (None: all of range(n), an int, or a list) as a list of ints in [0, n)."""
+    out = list(range(n)) if values is None else ([values] if np.isscalar(values) else list(values))
+    for v in out:
+        if not (isinstance(v, (int, np.integer)) and 0 <= v < n):
+            raise ValueError("%s %r is outside the model's %d %ss" % (what, v, n, what))
+    return [int(v) for v in out]
+
+
 def _layers(m, layers):
-    n = m.cfg.n_layers
-    out = list(range(n)) if layers is None else ([layers] if np.isscalar(layers) else list(layers))
-    for l in out:
-        if not (isinstance(l, (int, np.integer)) and 0 <= l < n):
-            raise ValueError("layer %r is outside the model's %d layers" % (l, n))
-    return [int(l) for l in out]
+    return _indices(layers, m.cfg.n_layers, "layer")
 
 
 def _heads(m, heads):
-    n = m.cfg.n_heads
-    out = list(range(n)) if heads is None else ([heads] if np.isscalar(heads) else list(heads))
-    for h in out:
-        if not (isinstance(h, (int, np.integer)) and 0 <= h < n):
-            raise ValueError("head %r is outside the model's %d heads" % (h, n))
-    return [int(h) for h in out]
+    return _indices(heads, m.cfg.n_heads, "head")
 
 
 def ablate_head(m, tokens, layer, head, method="zero", on="z", **kw):
