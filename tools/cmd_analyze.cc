@@ -31,7 +31,7 @@ struct AnalyzeOptions {
   std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
   int64_t window = 0, max_tokens = 0, plot_max = 512;
   double eps = 0.3;
-  std::string stream_budget = "auto";  // MiB, or auto: half the weights' bytes, at least 256
+  std::string stream_budget = "auto";  // MiB, or auto: a quarter of the weights, at least 128
   bool json = false;
 };
 
@@ -43,13 +43,15 @@ std::string Fmt(double x, const char* f = "%.3f") {
 }
 
 // --stream-budget: MiB the per-layer streams of a window may take (0: one pass, no limit); auto
-// = half the model's weight bytes, at least 256 MiB, so analysing a released model at 8k tokens
-// stays within about twice its weights (more layers than fit cost extra passes, not memory).
+// = a quarter of the model's weight bytes, at least 128 MiB: passes hand the residual stream on,
+// so more passes cost almost nothing, and analysing a released model stays near its weights'
+// size (a 0.5B BF16 model at 8k tokens: 1.25x the weights at 128 MiB, 1.64x at half the weights;
+// docs/PERFORMANCE.md). One layer's streams are the floor (a pass holds at least one layer).
 int64_t StreamBudget(const std::string& flag, const Gpt& g) {
   if (flag == "auto") {
     int64_t weights = g.params().size() * 4;
     if (g.matrices()) weights += g.matrices()->bytes();
-    return std::max<int64_t>(weights / 2, int64_t{256} << 20);
+    return std::max<int64_t>(weights / 4, int64_t{128} << 20);
   }
   int64_t mib = -1;
   const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), mib);
@@ -566,7 +568,7 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print the verdicts and the sink numbers as JSON");
   cmd->add_option("--stream-budget", o->stream_budget,
                   "MiB for one window's per-layer streams; more layers cost extra passes over "
-                  "the window (auto: half the weights' bytes, at least 256; 0: one pass)");
+                  "the window (auto: a quarter of the weights' bytes, at least 128; 0: one pass)");
   cmd->add_option("--plot-heads", o->plot_heads, "full attention maps for LAYER.HEAD,...");
   cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)")
       ->check(CLI::PositiveNumber);
