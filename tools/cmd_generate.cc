@@ -88,11 +88,8 @@ void Run(const GenerateOptions& o) {
   gc.kv_dtype = *kv_dtype;
   gc.eos = m.tokenizer->eos_id();
   if (bounded) {
-    StreamingCacheConfig sc;
-    sc.policy = gc.policy;
-    sc.n_sink = gc.n_sink;
-    sc.window = gc.window > 0 ? gc.window : c.context;
-    if (Status st = ValidateStreamingConfig(sc, c); !st.ok()) throw UsageError(st.message());
+    const Status st = ValidateStreamingConfig(GenerationCacheConfig(gc, c), c);
+    if (!st.ok()) throw UsageError(st.message());
   } else {
     // The dense cache holds the prompt and every generated token: all of them must fit the
     // context. Refused up front (rather than stopping early with success) so that a script
@@ -141,7 +138,7 @@ void Run(const GenerateOptions& o) {
     nlohmann::json j{
         {"model", m.path},
         {"policy", o.policy},
-        {"window", bounded ? nlohmann::json(gc.window > 0 ? gc.window : c.context) : nlohmann::json()},
+        {"window", bounded ? nlohmann::json(GenerationCacheConfig(gc, c).window) : nlohmann::json()},
         {"sinks", gc.policy == CachePolicy::kSinkWindow ? nlohmann::json(gc.n_sink)
                                                                     : nlohmann::json()},
         {"kv_dtype", o.kv_dtype},

@@ -10,9 +10,17 @@
 
 namespace attnlab::internal {
 
+OneOmpThread::OneOmpThread() : saved_(omp_get_max_threads()) {
+  if (saved_ != 1) omp_set_num_threads(1);
+}
+
+OneOmpThread::~OneOmpThread() {
+  if (saved_ != 1) omp_set_num_threads(saved_);
+}
+
 namespace {
 
-// One sequential oneDNN call; keeps oneDNN from starting OpenMP threads of its own.
+// One sequential oneDNN call.
 void SgemmTile(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -22,12 +30,12 @@ void SgemmTile(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
     }
     return;
   }
-  const int saved = omp_get_max_threads();
-  if (saved != 1) omp_set_num_threads(1);
-  const dnnl_status_t st =
-      dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
-                 lda, B, ldb, beta, C, ldc);
-  if (saved != 1) omp_set_num_threads(saved);
+  dnnl_status_t st;
+  {
+    OneOmpThread one;
+    st = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha,
+                    A, lda, B, ldb, beta, C, ldc);
+  }
   ATTNLAB_CHECK(st == dnnl_success);
 }
 

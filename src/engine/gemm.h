@@ -18,6 +18,20 @@ namespace attnlab::internal {
 
 enum class Trans { kNo, kYes };
 
+// For the scope of one oneDNN call inside a task of attnlab's pool: keeps oneDNN from starting
+// OpenMP threads of its own (a primitive fixes its thread count when it is built, a BLAS call
+// when it runs), so there is exactly one threading system. Restores the setting after.
+class OneOmpThread {
+ public:
+  OneOmpThread();
+  ~OneOmpThread();
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int saved_;
+};
+
 // REQUIRES: M, N, K >= 0; lda >= (ta == kNo ? K : M); ldb >= (tb == kNo ? N : K); ldc >= N.
 void Sgemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,

@@ -1,12 +1,12 @@
 #include "engine/gemm_bf16.h"
 
-#include <omp.h>
-
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <utility>
+
+#include "engine/gemm.h"  // OneOmpThread
 
 namespace attnlab::internal {
 
@@ -29,23 +29,6 @@ ThreadState& State() {
   thread_local ThreadState s;
   return s;
 }
-
-// Keeps oneDNN from starting OpenMP threads of its own while it builds (the primitive fixes its
-// thread count then) and runs a product: exactly one threading system, attnlab's pool.
-class OneOmpThread {
- public:
-  OneOmpThread() : saved_(omp_get_max_threads()) {
-    if (saved_ != 1) omp_set_num_threads(1);
-  }
-  ~OneOmpThread() {
-    if (saved_ != 1) omp_set_num_threads(saved_);
-  }
-  OneOmpThread(const OneOmpThread&) = delete;
-  OneOmpThread& operator=(const OneOmpThread&) = delete;
-
- private:
-  int saved_;
-};
 
 dnnl::matmul::primitive_desc Describe(const dnnl::engine& eng, int64_t M, int64_t N, int64_t K,
                                       int64_t lda, int64_t ldb, int64_t ldc) {

@@ -9,6 +9,14 @@
 
 namespace attnlab {
 
+StreamingCacheConfig GenerationCacheConfig(const GenerationConfig& gc, const ModelConfig& c) {
+  StreamingCacheConfig sc;
+  sc.policy = gc.policy;
+  sc.n_sink = gc.n_sink;
+  sc.window = gc.window > 0 ? gc.window : c.context;
+  return sc;
+}
+
 Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int64_t prompt_tokens) {
   if (gc.max_new_tokens < 1) {
     return Status::InvalidArgument("max_new_tokens must be >= 1, got " +
@@ -43,11 +51,7 @@ Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int6
         return Status::InvalidArgument("a 16-bit KV cache needs the dense policy (the streaming "
                                        "caches hold fp32)");
       }
-      StreamingCacheConfig sc;
-      sc.policy = gc.policy;
-      sc.n_sink = gc.n_sink;
-      sc.window = gc.window > 0 ? gc.window : c.context;
-      return ValidateStreamingConfig(sc, c);
+      return ValidateStreamingConfig(GenerationCacheConfig(gc, c), c);
     }
   }
   return Status::InvalidArgument("unknown cache policy");
@@ -63,10 +67,7 @@ Result<Generation> Generate(Gpt& g, std::span<const int32_t> prompt, const Gener
   if (gc.policy == CachePolicy::kDense) {
     ATTNLAB_ASSIGN_OR_RETURN(cache, MakeKvCache(c, gc.kv_dtype));
   } else {
-    StreamingCacheConfig sc;
-    sc.policy = gc.policy;
-    sc.n_sink = gc.n_sink;
-    sc.window = gc.window > 0 ? gc.window : c.context;
+    const StreamingCacheConfig sc = GenerationCacheConfig(gc, c);
     cache = std::make_unique<StreamingKvCache>(sc, c);
     step_max = sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
   }

@@ -41,6 +41,9 @@ struct Generation {
   int64_t cache_tokens = 0, cache_bytes = 0;  // the cache at the end
 };
 
+// The bounded cache a window or sink policy uses (window 0 -> the model's context).
+StreamingCacheConfig GenerationCacheConfig(const GenerationConfig& gc, const ModelConfig& c);
+
 // InvalidArgument, naming the limit, when the request cannot run as asked: max_new_tokens < 1,
 // a bad sampler, the recompute policy, an empty prompt, an eos outside the vocabulary, a dense
 // cache that cannot hold prompt + max_new_tokens, a bad window / sinks, or a 16-bit KV dtype
