@@ -11,6 +11,12 @@
 #      tokens per step), weight decay 0.5
 #   W  the mix, weight decay 0.1                 (less weight decay: Gu et al. 2024's other side)
 #   R  the mix, lr 4e-3 (cosine to 4e-4)         (the learning-rate lever)
+#   D4 the mix from scratch: 4 layers (the default model's shape), SCRATCH_STEPS steps
+#   D6 the mix from scratch: 6 layers, otherwise the same       (the depth lever)
+# The continuing runs start from INIT_REV's data/default-model (default: the first-stage model,
+# the one the calibration table was measured on, as committed before issue 35's long run shipped;
+# INIT_REV=HEAD continues the shipped model instead). D4 and D6 use lr 3e-3 (cosine to 3e-4, 200
+# warmup steps) like scripts/make_default_model.sh.
 # Then `attnlab eval` on the 25 held-out Brown documents and `attnlab analyze` on data/sample.txt
 # for every run; the table is printed and written to $WORK/levers.md.
 # Runs go one after another on THREADS threads (default 1, leaving a core free), each resumable:
@@ -24,6 +30,8 @@ WORK=${WORK:-build/sink-levers}
 STEPS=${STEPS:-500}
 RUNS=${RUNS-C L A B}  # RUNS="" only builds the corpora
 THREADS=${THREADS:-1}
+INIT_REV=${INIT_REV:-8856e51^}  # the commit before piece 3 of the long run became the default
+SCRATCH_STEPS=${SCRATCH_STEPS:-1000}
 [ -x "$B" ] || ./scripts/build.sh attnlab_cli
 missing=()
 for p in bible-kjv bible-kjv-text fortunes python3.11-doc; do
@@ -37,37 +45,50 @@ mkdir -p "$WORK"
   $B prepare --corpus brown --tokenizer bpe:4096 --out "$WORK/brown" > /dev/null
 [ -f "$WORK/mix/train.tok" ] ||
   /usr/bin/python3 scripts/make_sink_corpus.py "$B" "$WORK/brown" "$WORK/mix"
+INIT=$WORK/init
+if [ ! -f "$INIT/data/default-model/config.json" ]; then
+  mkdir -p "$INIT"
+  git archive "$INIT_REV" data/default-model | tar -x -C "$INIT"
+fi
+INIT=$INIT/data/default-model
 if [ ! -f "$WORK/init1024/config.json" ]; then
   mkdir -p "$WORK/init1024"
-  cp data/default-model/model.safetensors "$WORK/init1024/"
+  cp "$INIT/model.safetensors" "$WORK/init1024/"
   /usr/bin/python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['context'] = 1024; \
-json.dump(c, open(sys.argv[2], 'w'))" data/default-model/config.json "$WORK/init1024/config.json"
+json.dump(c, open(sys.argv[2], 'w'))" "$INIT/config.json" "$WORK/init1024/config.json"
 fi
-common=(--warmup 100 --bos --eval-every 250
+common=(--bos --eval-every 250
         --eval-batches 16 --log-every 50 --checkpoint-every 250 --probe-every 100)
 for r in $RUNS; do
   [ -f "$WORK/$r.done" ] && continue
-  lr=(--lr 2e-3 --min-lr 2e-4)  # every run but R (train takes each option once)
+  lr=(--lr 2e-3 --min-lr 2e-4 --warmup 100)  # train takes each option once
+  steps=$STEPS
+  scratch=(--d-model 256 --heads 16 --context 256 --batch 16 --weight-decay 0.5)
   case $r in
-    A) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.5) ;;
-    B) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 1.0) ;;
-    C) args=(--data "$WORK/brown" --from data/default-model --batch 16 --weight-decay 0.5) ;;
+    A) args=(--data "$WORK/mix" --from "$INIT" --batch 16 --weight-decay 0.5) ;;
+    B) args=(--data "$WORK/mix" --from "$INIT" --batch 16 --weight-decay 1.0) ;;
+    C) args=(--data "$WORK/brown" --from "$INIT" --batch 16 --weight-decay 0.5) ;;
     L) args=(--data "$WORK/mix" --from "$WORK/init1024" --batch 4 --weight-decay 0.5) ;;
-    W) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.1) ;;
-    R) args=(--data "$WORK/mix" --from data/default-model --batch 16 --weight-decay 0.5)
-       lr=(--lr 4e-3 --min-lr 4e-4) ;;
+    W) args=(--data "$WORK/mix" --from "$INIT" --batch 16 --weight-decay 0.1) ;;
+    R) args=(--data "$WORK/mix" --from "$INIT" --batch 16 --weight-decay 0.5)
+       lr=(--lr 4e-3 --min-lr 4e-4 --warmup 100) ;;
+    D4|D6) args=(--data "$WORK/mix" --layers "${r#D}" "${scratch[@]}")
+       lr=(--lr 3e-3 --min-lr 3e-4 --warmup 200); steps=$SCRATCH_STEPS ;;
     *) echo "unknown run $r" >&2; exit 2 ;;
   esac
   # A checkpoint of an interrupted run resumes it (exact resume: docs/CLI.md, train --resume).
   if [ -f "$WORK/$r/config.json" ]; then
     kept=()
     for ((i = 0; i < ${#args[@]}; i++)); do
-      if [ "${args[$i]}" = --from ]; then i=$((i + 1)); else kept+=("${args[$i]}"); fi
+      case ${args[$i]} in
+        --from|--layers|--d-model|--heads|--context) i=$((i + 1)) ;;  # fixed by the checkpoint
+        *) kept+=("${args[$i]}") ;;
+      esac
     done
     args=("${kept[@]}" --resume)
   fi
   echo "== run $r: ${args[*]} ($(date +%T))" >&2
-  $B --threads "$THREADS" train --out "$WORK/$r" "${common[@]}" "${lr[@]}" "${args[@]}" --steps "$STEPS" \
+  $B --threads "$THREADS" train --out "$WORK/$r" "${common[@]}" "${lr[@]}" "${args[@]}" --steps "$steps" \
     > "$WORK/$r.out" 2>&1
   $B --threads "$THREADS" eval --model "$WORK/$r" --text "$WORK/brown/val.txt" --json \
     > "$WORK/$r.eval.json"

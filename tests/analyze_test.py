@@ -108,6 +108,59 @@ def check_in_chromium(out):
     print(f"ok: Chromium renders the report ({colours} colours, {non_bg:.0%} non-background)")
 
 
+def view_data(path):
+    """The data an attention view page carries (report/attention_view.h): its `const D = ...;`."""
+    page = open(path, encoding="utf-8").read()
+    a = page.index("const D = ") + len("const D = ")
+    return json.loads(page[a:page.index(";\n", a)])
+
+
+def view_head(d, layer, head):
+    """(keys [n, k], weights [n, k], first column [n]) of one head in a view's data."""
+    import base64
+    m = [x for x in d["maps"] if x["layer"] == layer and x["head"] == head][0]
+    n, k = d["n"], d["top_k"]
+    keys = np.frombuffer(base64.b64decode(m["keys"]), "<u2").reshape(n, k)
+    w = np.frombuffer(base64.b64decode(m["w"]), np.uint8).reshape(n, k) / 255.0
+    return keys, w, np.array(m["first"])
+
+
+def check_attention_view(cli, ck, out, rep):
+    """analyze's attention.html: linked from report.html, described in report.json, the planted
+    heads where they were planted, and the page working in headless Chromium (#selftest)."""
+    v = rep["attention_view"]
+    if v != {"file": "attention.html", "tokens": 64, "layers": 2, "top_k": 8}:
+        sys.exit(f"FAIL: report.json's attention_view is {v}")
+    if '<a href="attention.html">' not in open(os.path.join(out, "report.html"), encoding="utf-8").read():
+        sys.exit("FAIL: report.html does not link attention.html")
+    d = view_data(os.path.join(out, "attention.html"))
+    keys, w, first = view_head(d, SINK_LAYER, SINK_HEAD)
+    if not (keys[:, 0] == 0).all() or first.min() < 0.99 or w[:, 0].min() < 0.99:
+        sys.exit(f"FAIL: the view's layer {SINK_LAYER} head {SINK_HEAD} should put every query on "
+                 f"key 0: top keys {keys[:8, 0]}, first column min {first.min()}")
+    keys, w, _ = view_head(d, PERIOD_LAYER, PERIOD_HEAD)
+    if not (keys[PERIOD_POS:, 0] == PERIOD_POS).all():
+        sys.exit(f"FAIL: the view's layer {PERIOD_LAYER} head {PERIOD_HEAD} should put queries "
+                 f">= {PERIOD_POS} on key {PERIOD_POS}: {keys[PERIOD_POS:PERIOD_POS + 8, 0]}")
+    if d["tokens"][:6] != list("jury. "):
+        sys.exit(f"FAIL: the view's tokens start {d['tokens'][:6]}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import report_chromium_test as rc
+    url = "file://" + os.path.join(out, "attention.html") + "#selftest"
+    dom = rc.run_chromium(rc.find_chromium(), out, ["--dump-dom"], url).decode("utf-8", "replace")
+    if 'data-selftest="ok"' not in dom:
+        i = dom.find("data-selftest")
+        sys.exit(f"FAIL: attention.html's self-test in Chromium: {dom[i:i + 300] if i >= 0 else 'none ran'}")
+    print(f"ok: attention.html ({os.path.getsize(os.path.join(out, 'attention.html'))} bytes) holds "
+          f"the planted heads and passes its self-test in Chromium")
+    none = os.path.join(out, "noview")
+    run(cli, ["analyze", "--model", ck, "--tokenizer", "byte",
+              "--prompt", "jury. the laws", "--out", none, "--view-tokens", "0"])
+    if os.path.exists(os.path.join(none, "attention.html")) or \
+            json.load(open(os.path.join(none, "report.json")))["attention_view"] is not None:
+        sys.exit("FAIL: --view-tokens 0 still wrote a view")
+
+
 def run(cli, args, expect_ok=True, needle=None):
     p = subprocess.run([cli] + args, capture_output=True, text=True, errors="replace")
     if (p.returncode == 0) != expect_ok:
@@ -168,6 +221,7 @@ def main():
         print(f"ok: sinks sit on key 0 ('j') and key {PERIOD_POS} ('.'), "
               f"excess {head['sink_key_excess']:.3f} and {ph['sink_key_excess']:.3f}")
         check_in_chromium(out)
+        check_attention_view(cli, ck, out, rep)
 
         # Bad inputs.
         run(cli, ["analyze", "--model", os.path.join(d, "none"), "--tokenizer", "byte",

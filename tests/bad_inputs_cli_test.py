@@ -242,6 +242,9 @@ def main():
             ("analyze/out-of-range", ["analyze", "--model", "ckpt", "--text", "text.txt",
                                       "--plot-heads", "7.0", "--out", "rep"], "--plot-heads",
              ["rep"]),
+            ("analyze/out-of-range-view", ["analyze", "--model", "ckpt", "--text", "text.txt",
+                                           "--view-tokens", "4096", "--out", "rep"],
+             "--view-tokens", ["rep"]),
             # the global flag
             ("global/out-of-range", ["--threads", "0", "memory", "--n", "4"],
              "--threads: Value 0 not in range 1 to 1024", []),

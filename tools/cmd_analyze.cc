@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "cli_model.h"
@@ -20,6 +22,7 @@
 #include "core/resources.h"
 #include "diagnostics/analysis.h"
 #include "diagnostics/probe_curve.h"
+#include "report/attention_view.h"
 #include "report/csv.h"
 #include "report/html_report.h"
 #include "report/svg_plot.h"
@@ -30,6 +33,7 @@ namespace {
 struct AnalyzeOptions {
   std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
   int64_t window = 0, max_tokens = 0, plot_max = 512;
+  int64_t view_tokens = 256, view_top_k = 8;  // the attention view (0 tokens: none)
   double eps = 0.3;
   std::string stream_budget = "auto";  // MiB, or auto: a quarter of the weights, at least 128
   bool json = false;
@@ -194,8 +198,39 @@ void AddDefaultModelNote(report::HtmlReport& html, const ProbeCurve& c) {
                  "fig-default-model-probe");
 }
 
+// DIR/attention.html (report/attention_view.h), and report.json's attention_view saying what it
+// holds (null without a view).
+void WriteAttentionView(const AnalyzeOptions& o, const report::AttentionViewBuilder* view,
+                        nlohmann::json& j) {
+  j["attention_view"] = nullptr;
+  if (!view || view->layers() == 0) return;
+  const int64_t n = view->tokens();
+  auto page = view->Render("Attention view: the first " + std::to_string(n) + " tokens", 256);
+  Check(page.status());
+  Check(WriteFileAtomically(o.out + "/attention.html", page.value()));
+  j["attention_view"] = {{"file", "attention.html"}, {"tokens", n}, {"layers", view->layers()},
+                         {"top_k", std::min(o.view_top_k, n)}};
+}
+
+// report.html's section linking the view.
+void AddAttentionViewSection(const nlohmann::json& v, const AnalysisResult& r,
+                             report::HtmlReport& html) {
+  if (v.is_null()) return;
+  html.AddSection("view", "Attention view");
+  html.AddLinkParagraph(
+      "Every head's attention over the first " + std::to_string(v["tokens"].get<int64_t>()) +
+          " tokens of the first window" + (r.bos >= 0 ? " (BOS first)" : "") + ", interactive: ",
+      "attention.html", "attention.html",
+      " (pick a layer and a head; hover a token to see what it attends to and what attends to "
+      "it; the first-token column of the chosen head is plotted under the text). It keeps each "
+      "query's " + std::to_string(v["top_k"].get<int64_t>()) + " strongest keys and at most "
+      "64 x 64 block means per head, never an N x N table (--view-tokens, --view-top-k; "
+      "--view-tokens 0: no view).");
+}
+
 void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& text_name,
-                 const AnalysisResult& r, const AnalysisOptions& ao) {
+                 const AnalysisResult& r, const AnalysisOptions& ao,
+                 const report::AttentionViewBuilder* view) {
   const ModelConfig& c = r.config;
   const int64_t L = c.n_layer, H = c.n_head;
   std::error_code ec;
@@ -205,6 +240,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   const std::string sinks_on = LabelSinkKeys(m, r, &j["sinks"]["sink_keys"]);
   const ProbeCurve curve = DefaultModelCurve(o, m);
   if (!curve.points.empty()) j["default_model"] = ProbeCurveJson(curve, m.path + "/train_log.jsonl");
+  WriteAttentionView(o, view, j);
   Check(WriteFileAtomically(o.out + "/report.json", j.dump(2) + "\n"));
 
   // CSV tables.
@@ -370,6 +406,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                    "Layer x head: standard deviation of the output gate.", "fig-gate-std");
   }
 
+  AddAttentionViewSection(j["attention_view"], r, html);
   html.AddSection("collapse", "Collapse with depth");
   html.AddParagraph(collapse_text);
   {
@@ -465,7 +502,8 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
     for (const AttentionMap& mp : r.maps) {
       report::Heatmap hm;
       hm.title = "Layer " + std::to_string(mp.layer) + " head " + std::to_string(mp.head);
-      hm.rows = hm.cols = mp.len;
+      hm.rows = mp.len;
+      hm.cols = mp.keys;  // one more with a dedicated sink token (key 0)
       hm.values.assign(mp.probs.begin(), mp.probs.end());
       hm.x_label = "key";
       hm.y_label = "query";
@@ -542,9 +580,24 @@ void Run(const AnalyzeOptions& o) {
     std::fprintf(stderr, "note: windows of %ld tokens exceed the model's training context of %ld\n",
                  static_cast<long>(window), static_cast<long>(c.context));
   }
+  std::optional<report::AttentionViewBuilder> view;
+  ao.view_tokens = o.view_tokens;
+  ao.view_layer = [&](int64_t l, std::span<const int32_t> ids, std::span<const float> probs) {
+    if (!view) {
+      std::vector<std::string> texts;
+      for (int32_t id : ids) {
+        auto t = m.tokenizer->TokenBytes(id);
+        texts.push_back(t.ok() ? t.value() : "<" + std::to_string(id) + ">");
+      }
+      ATTNLAB_ASSIGN_OR_RETURN(auto b, report::AttentionViewBuilder::Create(
+                                           std::move(texts), c.n_head, o.view_top_k));
+      view.emplace(std::move(b));
+    }
+    return view->AddLayer(l, probs);
+  };
   auto r = AnalyzeModel(*m.gpt, enc.value(), ao, /*progress=*/true);
   Check(r.status());
-  WriteReport(o, m, text_name, r.value(), ao);
+  WriteReport(o, m, text_name, r.value(), ao, view ? &*view : nullptr);
   if (o.json) return;
   std::printf("analysed %ld tokens in %.1f s, peak memory %.0f MiB\nreport: %s/report.html\n",
               static_cast<long>(r.value().text_tokens), r.value().seconds,
@@ -572,6 +625,12 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   cmd->add_option("--plot-heads", o->plot_heads, "full attention maps for LAYER.HEAD,...");
   cmd->add_option("--plot-max", o->plot_max, "largest window for full maps (512)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--view-tokens", o->view_tokens,
+                  "tokens of the first window in the attention view, DIR/attention.html (256; "
+                  "0: no view; at most 2048: each layer's H x N x N map is built in memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{2048}));
+  cmd->add_option("--view-top-k", o->view_top_k, "strongest keys per query kept in the view (8)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
   cmd->add_option("--eps", o->eps, "sink threshold on alpha_1's excess over uniform attention (0.3, Gu et al.)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->callback([o] { Run(*o); });

@@ -16,6 +16,7 @@ namespace py = pybind11;
 void BindEngine(py::module_& m);  // attention forward/backward, threads, SIMD target
 void BindModel(py::module_& m);   // load, tokens, forward with hooks
 void BindLab(py::module_& m);     // analyze, stream, generate, experiment (the CLI in-process)
+void BindView(py::module_& m);    // the attention view (attnlab.show_attention)
 
 // The engine's default thread pool may be replaced (set_num_threads, a command's --threads) only
 // while no kernel runs: every call that runs kernels with the GIL released holds KernelLock

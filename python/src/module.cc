@@ -1,5 +1,6 @@
 // The extension module attnlab._attnlab: the engine (engine_bindings.cc), models with
-// TransformerLens-style hooks (model_bindings.cc) and the lab's commands (lab_bindings.cc).
+// TransformerLens-style hooks (model_bindings.cc), the lab's commands (lab_bindings.cc) and the
+// attention view (view_bindings.cc).
 // The Python package (python/attnlab/) wraps it; docs/PYTHON.md is the user's guide.
 #include "bindings.h"
 
@@ -8,6 +9,7 @@ PYBIND11_MODULE(_attnlab, m) {
   attnlab::python::BindEngine(m);
   attnlab::python::BindModel(m);
   attnlab::python::BindLab(m);
+  attnlab::python::BindView(m);
 }
 
 namespace attnlab::python {

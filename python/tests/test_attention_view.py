@@ -4,6 +4,7 @@ Chromium (Debian's `chromium`): it loads with no error or console error, and hov
 changes what is highlighted (the page's own #selftest, read back from the DOM Chromium dumps).
 """
 import base64
+import json
 import os
 import re
 import shutil
@@ -120,3 +121,36 @@ def test_screenshot_for_the_docs(tmp_path):
     if os.environ.get("ATTNLAB_UPDATE_DOCS_IMAGES") == "1":
         from conftest import SOURCE_DIR
         shutil.copy(png, os.path.join(SOURCE_DIR, "docs", "img", "attention-view.png"))
+
+
+def test_analyze_writes_the_page_show_attention_writes(tmp_path, attnlab_bin):
+    """`attnlab analyze`'s attention.html (linked from its report) and show_attention on the same
+    tokens come from the same builder and template: the same tokens, layers and page script, and,
+    up to the two forwards' float rounding (analyze's reference attention over its cache vs the
+    model's kernel), the same first-token column and top keys."""
+    text = ("The jury said it did find that many of the city's voters were not told about the "
+            "election, and it recommended that the law be changed.")
+    out = tmp_path / "a"
+    subprocess.run([attnlab_bin, "--threads", "1", "analyze", "--prompt", text, "--out", str(out)],
+                   check=True, capture_output=True)
+    page = open(out / "attention.html", encoding="utf-8").read()
+    a = page.index("const D = ") + len("const D = ")
+    d = json.loads(page[a:page.index(";\n", a)])
+    m = attnlab.load()
+    tokens = m.to_tokens(text)
+    _, cache = m.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    mine = attnlab.show_attention(cache, m.to_str_tokens(tokens))
+    b = mine.index("const D = ") + len("const D = ")
+    p = json.loads(mine[b:mine.index(";\n", b)])
+    assert d["tokens"] == p["tokens"] and d["layers"] == p["layers"] and d["n"] == p["n"]
+    assert page[page.index("<script>"):a] == mine[mine.index("<script>"):b]  # one template
+    assert page[page.index(";\n", a):] == mine[mine.index(";\n", b):]
+    n, k, agree = d["n"], d["top_k"], 0
+    for x, y in zip(d["maps"], p["maps"]):
+        assert (x["layer"], x["head"]) == (y["layer"], y["head"])
+        np.testing.assert_allclose(x["first"], y["first"], atol=2e-4)
+        kx = np.frombuffer(base64.b64decode(x["keys"]), "<u2").reshape(n, k)
+        ky = np.frombuffer(base64.b64decode(y["keys"]), "<u2").reshape(n, k)
+        agree += int((kx[:, 0] == ky[:, 0]).sum())
+    # The strongest key may differ only where two keys are within rounding of each other.
+    assert agree >= 0.98 * n * len(d["maps"]), (agree, n * len(d["maps"]))

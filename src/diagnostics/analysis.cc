@@ -226,6 +226,30 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
   return Status::Ok();
 }
 
+// Every head's attention map of layer l over query rows [0, n) and keys [0, keys) of the window
+// the observer holds, [H, n, keys]: key_bias's entry left out (each row
+// times the share the real keys keep). Fewer rows than the window's are exact only where those
+// rows see no key past `keys`.
+Result<std::vector<float>> FullMaps(const ModelConfig& c, const WindowObserver& obs, int64_t l,
+                                    int64_t n, int64_t keys) {
+  const int64_t H = c.n_head, hd = c.head_dim();
+  const AttentionShape shape{1, H, c.kv_heads(), n, keys, hd};
+  std::vector<float> out(n * H * hd), probs(H * n * keys);
+  AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, n, hd);
+  ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(shape, obs.params_[l], qv, obs.k_all_[l],
+                                                    obs.k_all_[l], TokenMajorView(out.data(), 1, H, n, hd),
+                                                    {}, probs));
+  if (!obs.real_share_[l].empty()) {  // key_bias's share, [T, H]
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = probs.data() + (h * n + i) * keys;
+        for (int64_t j = 0; j < keys; ++j) row[j] *= obs.real_share_[l][i * H + h];
+      }
+    }
+  }
+  return probs;
+}
+
 Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
                     const RepresentationMetricsOptions& ro, const WindowObserver& obs, int64_t l0,
                     int64_t l1, int64_t T, int64_t w, AnalysisResult* out) {
@@ -260,19 +284,21 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
     if (w == 0 && T <= o.plot_max) {
       for (auto [pl, ph] : o.plot_heads) {
         if (pl != l) continue;
-        const AttentionShape shape{1, H, c.kv_heads(), T, obs.len_k_[l], hd};
-        std::vector<float> out(T * H * hd), probs(H * T * obs.len_k_[l]);
-        AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd);
-        ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(
-            shape, obs.params_[l], qv, obs.k_all_[l], obs.k_all_[l],
-            TokenMajorView(out.data(), 1, H, T, hd), {}, probs));
+        const int64_t K = obs.len_k_[l];
+        ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> probs, FullMaps(c, obs, l, T, K));
         AttentionMap map;
-        map.layer = pl, map.head = ph, map.len = T;
-        map.probs.assign(probs.begin() + ph * T * T, probs.begin() + (ph + 1) * T * T);
-        for (int64_t i = 0; !obs.real_share_[l].empty() && i < T; ++i) {  // key_bias's share
-          for (int64_t j = 0; j < T; ++j) map.probs[i * T + j] *= obs.real_share_[l][i * H + ph];
-        }
+        map.layer = pl, map.head = ph, map.len = T, map.keys = K;
+        map.probs.assign(probs.begin() + ph * T * K, probs.begin() + (ph + 1) * T * K);
         r.maps.push_back(std::move(map));
+      }
+    }
+    if (w == 0 && o.view_layer && o.view_tokens > 0) {
+      const AttentionMask& mask = obs.params_[l].mask;
+      const int64_t n = std::min(T, o.view_tokens);
+      if (obs.len_k_[l] == T && (n == T || (mask.causal && !mask.explicit_mask))) {
+        ATTNLAB_ASSIGN_OR_RETURN(std::vector<float> probs, FullMaps(c, obs, l, n, n));
+        ATTNLAB_RETURN_IF_ERROR(
+            o.view_layer(l, std::span<const int32_t>(r.first_window).first(n), probs));
       }
     }
   }

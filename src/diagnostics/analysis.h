@@ -14,7 +14,9 @@
 #define ATTNLAB_DIAGNOSTICS_ANALYSIS_H_
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,16 @@ struct AnalysisOptions {
   // plot_max tokens.
   std::vector<std::pair<int64_t, int64_t>> plot_heads;
   int64_t plot_max = 512;
+  // The attention view (report/attention_view.h): every head's full map over the first n
+  // positions of window 0, n = min(view_tokens, its length), [H, n, n] (query rows, key
+  // columns), handed to `view_layer` with those positions' ids (BOS first if any) as each layer
+  // is computed; nothing is kept. Exact because a causal query row never sees a later key; a
+  // non-causal model, a dedicated sink token (an extra key) or an explicit mask gets a view
+  // only when the whole window fits. 0 or no callback: none. An error it returns stops the
+  // analysis.
+  int64_t view_tokens = 0;
+  std::function<Status(int64_t layer, std::span<const int32_t> ids, std::span<const float> probs)>
+      view_layer;
 };
 
 // Averages over windows of the representation metrics of one residual stream.
@@ -93,7 +105,8 @@ struct LayerAnalysis {
 
 struct AttentionMap {
   int64_t layer = 0, head = 0, len = 0;
-  std::vector<float> probs;  // [len, len]
+  int64_t keys = 0;          // len, or len + 1 with a dedicated sink token (key 0)
+  std::vector<float> probs;  // [len, keys]
 };
 
 struct AnalysisResult {

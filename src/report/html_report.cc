@@ -177,6 +177,12 @@ void HtmlReport::AddParagraph(std::string text) {
   current().body += "<p>" + EscapeHtml(text) + "</p>\n";
 }
 
+void HtmlReport::AddLinkParagraph(std::string before, std::string link, std::string href,
+                                  std::string after) {
+  current().body += "<p>" + EscapeHtml(before) + "<a href=\"" + EscapeHtml(href) + "\">" +
+                    EscapeHtml(link) + "</a>" + EscapeHtml(after) + "</p>\n";
+}
+
 void HtmlReport::AddNote(std::string text) {
   current().body += "<p class=\"note\">" + EscapeHtml(text) + "</p>\n";
 }

@@ -61,6 +61,10 @@ class HtmlReport {
   void AddHeading(std::string text);  // a sub-heading (<h3>) in the current section
   void AddParagraph(std::string text);
   void AddNote(std::string text);  // a highlighted caveat
+  // "before <a href=href>link</a> after" as a paragraph: href is a relative path or fragment
+  // (a link to a file written beside the report); all three escaped.
+  void AddLinkParagraph(std::string before, std::string link, std::string href,
+                        std::string after = "");
   void AddBulletList(const std::vector<std::string>& items);
   void AddCode(std::string text);  // preformatted, monospace (commands, token dumps)
   // Two columns, keys on the left; values left-aligned (rows mix numbers and text).

@@ -27,6 +27,7 @@ HtmlReport Sample() {
   r.AddParagraph("paragraph " + kEvil);
   r.AddHeading("heading " + kEvil);
   r.AddNote("note " + kEvil);
+  r.AddLinkParagraph("before " + kEvil, "link " + kEvil, "view.html#" + kEvil, " after " + kEvil);
   r.AddBulletList({"item " + kEvil, "second"});
   r.AddCode("code " + kEvil);
   r.AddKeyValueTable({{"key " + kEvil, "value " + kEvil}, {"tokens", "1,024"}});
@@ -53,11 +54,14 @@ TEST(ReportHtml, EverythingTheCallerWroteIsEscaped) {
   const std::string escaped =
       "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;img src=x onerror=alert(1)&gt; "
       "\xEF\xBF\xBD\xEF\xBF\xBD";
-  // title (twice), subtitle, summary, fact, paragraph, heading, note, item, code, key, value,
-  // table cell, table caption, plot title (text and aria-label), figure caption.
+  // title (twice), subtitle, summary, fact, paragraph, heading, note, link paragraph (before,
+  // link, href, after), item, code, key, value, table cell, table caption, plot title (text and
+  // aria-label), figure caption.
   size_t n = 0;
   for (size_t p = html.find(escaped); p != std::string::npos; p = html.find(escaped, p + 1)) ++n;
-  EXPECT_EQ(n, 17u);
+  EXPECT_EQ(n, 21u);
+  EXPECT_NE(html.find("<a href=\"view.html#" + escaped + "\">link " + escaped + "</a>"),
+            std::string::npos);
 }
 
 TEST(ReportHtml, SelfContained) {
