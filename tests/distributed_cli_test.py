@@ -11,7 +11,9 @@ address is ever a target).
   2. resume with a different P: 10 steps on 2 ranks, then --resume on 1 rank to step 20,
      matches the uninterrupted 1-rank run to 1e-5.
   3. eval: windows shared among the ranks give the single-process result bit for bit
-     (tokens, loss) on the bundled text.
+     (tokens, loss) on the bundled text; analyze at P = 2 and 3 gives the one-process
+     report.json to within 1e-9 relative (only the order of the sums' additions differs), with
+     rank 0 alone writing and the same attention view.
   4. faults: a rank that stops answering (ATTNLAB_DIST_TEST_STALL) makes the job end within
      ATTNLAB_DIST_TIMEOUT plus a margin, non-zero, with an error naming the operation; a rank
      killed with SIGKILL in the middle of a 2-rank run with a checkpoint every step ends the job
@@ -86,6 +88,34 @@ def load_safetensors(path):
 
 def rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-30)
+
+
+def compare_reports(a, b, path=""):
+    """(largest relative difference over every number, other differences) between two
+    report.json trees, leaving out run (times, memory) and input.ranks."""
+    worst, other = 0.0, []
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return worst, [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        for k in a:
+            if path == "" and k == "run" or path == ".input" and k == "ranks":
+                continue
+            w, o = compare_reports(a[k], b[k], f"{path}.{k}")
+            worst, other = max(worst, w), other + o
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return worst, [f"{path}: lengths {len(a)} and {len(b)}"]
+        for i, (u, v) in enumerate(zip(a, b)):
+            w, o = compare_reports(u, v, f"{path}[{i}]")
+            worst, other = max(worst, w), other + o
+    elif isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            other.append(f"{path}: {a} vs {b}")
+        elif not (np.isnan(a) and np.isnan(b)) and a != b:
+            worst = abs(a - b) / max(abs(a), abs(b))
+    elif a != b:
+        other.append(f"{path}: {a} vs {b}")
+    return worst, other
 
 
 def main():
@@ -173,6 +203,27 @@ def main():
             expect(eP["tokens"] == e1["tokens"] and eP["loss"] == e1["loss"],
                    f"eval on {P} ranks equals one process: {eP['tokens']} tokens, loss "
                    f"{eP['loss']} vs {e1['loss']}")
+
+        # ---- 3b. analyze split by windows: the merged report equals one process's up to the
+        # order of the sums' additions; rank 0 alone writes, and its attention view (window 0)
+        # is the same bytes.
+        a1 = os.path.join(d, "analyze1")
+        run([cli, "--threads", "1", "analyze", "--text", SAMPLE, "--max-tokens", "6000",
+             "--out", a1])
+        r1 = json.load(open(os.path.join(a1, "report.json")))
+        for P in (2, 3):
+            aP = os.path.join(d, f"analyze{P}")
+            mpi(P, cli, "--threads", "1", "analyze", "--text", SAMPLE, "--max-tokens", "6000",
+                "--out", aP)
+            rP = json.load(open(os.path.join(aP, "report.json")))
+            worst, other = compare_reports(r1, rP)
+            expect(rP["input"]["ranks"] == P and worst <= 1e-9 and not other,
+                   f"analyze on {P} ranks equals one process: worst relative difference "
+                   f"{worst:.2e} over every number, {len(other)} other differences {other[:3]}")
+            same = open(os.path.join(a1, "attention.html"), "rb").read() == \
+                open(os.path.join(aP, "attention.html"), "rb").read()
+            expect(same and sorted(os.listdir(aP)) == sorted(os.listdir(a1)),
+                   f"analyze on {P} ranks: one report directory, the same attention view")
 
         # ---- 4a. A rank that never answers: the others time out with a clear error.
         t0 = time.monotonic()

@@ -29,7 +29,7 @@ ALLOWED = {
     "model": {"core", "engine", "cache"},
     "formats": {"core", "model"},
     "inference": {"core", "engine", "cache", "model"},
-    "diagnostics": {"core", "engine", "cache", "model"},
+    "diagnostics": {"core", "engine", "cache", "model", "dist"},
     "train": {"core", "engine", "cache", "model", "formats", "dist"},
     "experiments": {"core", "engine", "cache", "model", "formats", "tokenizer", "inference", "dist",
                     "diagnostics", "train", "report"},

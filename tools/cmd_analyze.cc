@@ -22,6 +22,7 @@
 #include "core/resources.h"
 #include "diagnostics/analysis.h"
 #include "diagnostics/probe_curve.h"
+#include "dist/comm.h"
 #include "report/attention_view.h"
 #include "report/csv.h"
 #include "report/html_report.h"
@@ -520,9 +521,13 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
                                          (r.bos >= 0 ? " (BOS first)" : "") +
                                          (r.passes > 1 ? ", " + std::to_string(r.passes) +
                                                              " passes each (--stream-budget)"
-                                                       : "")},
-                         {"time", Fmt(r.seconds, "%.1f") + " s"},
-                         {"peak memory", Fmt(r.peak_rss_bytes / 1048576.0, "%.0f") + " MiB"},
+                                                       : "") +
+                                         (r.ranks > 1 ? ", shared by " + std::to_string(r.ranks) +
+                                                            " ranks (mpirun)"
+                                                      : "")},
+                         {"time", Fmt(r.seconds, "%.1f") + " s" + (r.ranks > 1 ? " (the slowest rank)" : "")},
+                         {"peak memory", Fmt(r.peak_rss_bytes / 1048576.0, "%.0f") + " MiB" +
+                                             (r.ranks > 1 ? " (the largest rank)" : "")},
                          {"definitions", "docs/METRICS.md; JSON schema docs/ANALYZE.md"}});
   Check(html.WriteTo(o.out + "/report.html"));
   if (o.json) {
@@ -595,8 +600,13 @@ void Run(const AnalyzeOptions& o) {
     }
     return view->AddLayer(l, probs);
   };
+  // Distributed (`mpirun -np P attnlab analyze`, docs/DISTRIBUTED.md): the ranks share the
+  // windows and merge their sums; rank 0 writes the report.
+  dist::Comm& comm = dist::World();
+  ao.comm = &comm;
   auto r = AnalyzeModel(*m.gpt, enc.value(), ao, /*progress=*/true);
   Check(r.status());
+  if (!comm.root()) return;
   WriteReport(o, m, text_name, r.value(), ao, view ? &*view : nullptr);
   if (o.json) return;
   std::printf("analysed %ld tokens in %.1f s, peak memory %.0f MiB\nreport: %s/report.html\n",

@@ -12,6 +12,7 @@
 #include "attnlab/attention.h"
 #include "core/json_number.h"
 #include "cache/kv_cache.h"
+#include "diagnostics/analysis_merge.h"
 #include "engine/attention_explicit.h"
 
 namespace attnlab {
@@ -367,12 +368,22 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   const int64_t n_windows = (r.text_tokens + per_window - 1) / per_window;
   RepresentationMetricsOptions ro;
   ro.effective_rank = o.effective_rank;
+  const int rank = o.comm ? o.comm->rank() : 0, ranks = o.comm ? o.comm->size() : 1;
+  int64_t windows_run = 0;
   for (int64_t w = 0; w < n_windows; ++w) {
     std::vector<int32_t> seq;
     if (o.bos >= 0) seq.push_back(o.bos);
     const int64_t s = w * per_window, e = std::min(r.text_tokens, s + per_window);
     seq.insert(seq.end(), tokens.begin() + s, tokens.begin() + e);
     const int64_t T = static_cast<int64_t>(seq.size());
+    // The rows this window adds to each layer's statistics (the sink token is a row too).
+    const int64_t rows = T + (c.sink_token ? 1 : 0);
+    if (w % ranks != rank) {  // another rank's window: keep the rows' numbers (SkipRows)
+      for (AttentionStatsAccumulator& a : stats) a.SkipRows(rows);
+      continue;
+    }
+    ++windows_run;
+    const int64_t rows_before = stats[0].rows();
     if (w == 0) r.first_window = seq;
     // The layers' streams in groups that fit the budget, one pass over the window per group, in
     // layer order: each pass starts from the stream the previous one's last layer left (kept,
@@ -419,6 +430,13 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
                      pass_s / static_cast<double>(l1 - l0) * layers_left);
       }
     }
+    for (const AttentionStatsAccumulator& a : stats) {
+      if (a.rows() != rows_before + rows) {
+        return Status::Internal("analysis: window " + std::to_string(w) + " added " +
+                                std::to_string(a.rows() - rows_before) + " rows, not " +
+                                std::to_string(rows));
+      }
+    }
     if (progress && !long_window && (w % 16 == 15 || w + 1 == n_windows)) {
       std::fprintf(stderr, "analyze: window %ld/%ld (%ld tokens)%s\n", static_cast<long>(w + 1),
                    static_cast<long>(n_windows), static_cast<long>(e),
@@ -428,7 +446,12 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     }
   }
 
+  if (o.comm) {
+    ATTNLAB_RETURN_IF_ERROR(MergeAnalysisRanks(*o.comm, c, windows_run, ro.massive.top_k, stats,
+                                               gates, r));
+  }
   r.windows = n_windows;
+  r.ranks = ranks;
   // The maps are reported by layer.
   std::stable_sort(r.maps.begin(), r.maps.end(),
                    [](const AttentionMap& x, const AttentionMap& y) { return x.layer < y.layer; });
@@ -520,6 +543,12 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.peak_rss_bytes = PeakRssBytes();
+  if (o.comm && o.comm->distributed()) {  // the slowest rank's time, the largest rank's memory
+    std::vector<double> run = {r.seconds, static_cast<double>(r.peak_rss_bytes)};
+    ATTNLAB_RETURN_IF_ERROR(o.comm->AllReduceMax(run, "analysis: time and memory"));
+    r.seconds = run[0];
+    r.peak_rss_bytes = static_cast<int64_t>(run[1]);
+  }
   return r;
 }
 
@@ -761,7 +790,7 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"head_dim", c.head_dim()}, {"context", c.context}, {"vocab_size", c.vocab_size},
                      {"config", nlohmann::json::parse(ModelConfigToJson(c))}}},
           {"input", {{"text_tokens", r.text_tokens}, {"window", r.window}, {"windows", r.windows},
-                     {"passes_per_window", r.passes}, {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
+                     {"passes_per_window", r.passes}, {"ranks", r.ranks}, {"bos", r.bos}, {"pattern_len", r.pattern_len}}},
           {"sinks", {{"eps", o.sink_eps},
                      {"rule", "alpha_1_excess = (alpha_1 - alpha_1_uniform) / (1 - alpha_1_uniform) > eps"},
                      {"alpha_1_uniform", JsonNumber(r.alpha_1_uniform)},

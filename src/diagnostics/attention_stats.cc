@@ -779,6 +779,7 @@ void AttentionStatsAccumulator::FoldHeadPartials(const std::vector<double>& part
       if (blk == nblocks - 1 && static_cast<int64_t>(p[kLastVisible]) >= hs.last_visible) {
         hs.last_key0 = p[kLastKey0];
         hs.last_visible = static_cast<int64_t>(p[kLastVisible]);
+        hs.last_row = rows_ + len_q - 1;
       }
     }
   }
@@ -825,6 +826,96 @@ void AttentionStatsAccumulator::FoldJsdValues(std::span<const int64_t> local_row
     sample_rows_.push_back(rows_ + local_rows[t]);
     sample_values_.push_back(std::move(values[t]));
   }
+}
+
+void AttentionStatsAccumulator::SkipRows(int64_t n) {
+  if (n <= 0) return;
+  ThinJsdSample(rows_ + n);
+  rows_ += n;
+}
+
+Status AttentionStatsAccumulator::AllReduce(dist::Comm& comm, const std::string& what) {
+  if (comm.size() == 1) return Status::Ok();
+  const int64_t Hq = heads_q_, K = options_.first_k;
+  const int64_t D = static_cast<int64_t>(options_.diagonals.size());
+  // Every rank must have numbered the same rows (SkipRows), or the sample would differ.
+  std::vector<double> rows = {static_cast<double>(rows_), -static_cast<double>(rows_)};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceMax(rows, what + " (row count)"));
+  if (rows[0] != -rows[1]) {
+    return Status::Internal(what + ": the ranks numbered different rows (" +
+                            std::to_string(static_cast<int64_t>(-rows[1])) + " to " +
+                            std::to_string(static_cast<int64_t>(rows[0])) + ")");
+  }
+  // Sums (doubles) and counts, in one fixed layout per rank.
+  std::vector<double> sums;
+  std::vector<int64_t> counts;
+  for (const HeadSums& hs : heads_) {
+    sums.insert(sums.end(), {hs.entropy, hs.sink, hs.distance});
+    sums.insert(sums.end(), hs.col.begin(), hs.col.end());
+    sums.insert(sums.end(), hs.mass.begin(), hs.mass.end());
+    sums.insert(sums.end(), hs.diag.begin(), hs.diag.end());
+    sums.insert(sums.end(), hs.col_uniform.begin(), hs.col_uniform.end());
+    counts.insert(counts.end(), {hs.entropy_rows, hs.live_rows});
+  }
+  sums.insert(sums.end(), jsd_sum_.begin(), jsd_sum_.end());
+  counts.insert(counts.end(), jsd_count_.begin(), jsd_count_.end());
+  counts.insert(counts.end(), alpha_rows_.begin(), alpha_rows_.end());
+  counts.insert(counts.end(), diagonal_rows_.begin(), diagonal_rows_.end());
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(sums, what + " (sums)"));
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(counts, what + " (counts)"));
+  size_t si = 0, ci = 0;
+  for (HeadSums& hs : heads_) {
+    hs.entropy = sums[si++], hs.sink = sums[si++], hs.distance = sums[si++];
+    for (int64_t j = 0; j < K; ++j) hs.col[j] = sums[si++];
+    for (int64_t j = 0; j < K; ++j) hs.mass[j] = sums[si++];
+    for (int64_t d = 0; d < D; ++d) hs.diag[d] = sums[si++];
+    for (int64_t j = 0; j < K; ++j) hs.col_uniform[j] = sums[si++];
+    hs.entropy_rows = counts[ci++], hs.live_rows = counts[ci++];
+  }
+  for (double& x : jsd_sum_) x = sums[si++];
+  for (int64_t& x : jsd_count_) x = counts[ci++];
+  for (int64_t& x : alpha_rows_) x = counts[ci++];
+  for (int64_t& x : diagonal_rows_) x = counts[ci++];
+  // The kept last row: the largest (last_visible, last_row) over the ranks (the header's rule
+  // in one process keeps the latest call with the most visible keys); its rank gives the value,
+  // the others add 0 (x + 0 is exact).
+  const double span = static_cast<double>(rows_) + 1;
+  std::vector<double> key(Hq), value(Hq);
+  for (int64_t h = 0; h < Hq; ++h) {
+    key[h] = static_cast<double>(heads_[h].last_visible) * span + static_cast<double>(heads_[h].last_row);
+  }
+  std::vector<double> best = key;
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceMax(best, what + " (last row)"));
+  for (int64_t h = 0; h < Hq; ++h) value[h] = key[h] == best[h] ? heads_[h].last_key0 : 0.0;
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(value, what + " (last row's weight)"));
+  for (int64_t h = 0; h < Hq; ++h) {
+    // key = visible * span + row with 0 <= row < span, or -1 (no row kept anywhere).
+    const int64_t visible = best[h] < 0 ? 0 : static_cast<int64_t>(std::floor(best[h] / span));
+    heads_[h].last_visible = visible;
+    heads_[h].last_row =
+        best[h] < 0 ? -1 : static_cast<int64_t>(best[h] - static_cast<double>(visible) * span);
+    heads_[h].last_key0 = value[h];
+  }
+  // The JSD sample: rows r = S - 1, 2S - 1, ... below R (S the stride every rank reached), each
+  // rank filling the rows it added, zeros elsewhere.
+  if (options_.jsd_rows > 0) {
+    const int64_t stride = ThinJsdSample(rows_);
+    const int64_t n = rows_ / stride, pairs = Hq * Hq;
+    std::vector<double> dense(n * pairs, 0.0);
+    for (size_t s = 0; s < sample_rows_.size(); ++s) {
+      const int64_t slot = (sample_rows_[s] + 1) / stride - 1;
+      if (slot < 0 || slot >= n) return Status::Internal(what + ": a sampled row outside the sample");
+      std::copy(sample_values_[s].begin(), sample_values_[s].end(), dense.begin() + slot * pairs);
+    }
+    ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(dense, what + " (JSD sample)"));
+    sample_rows_.resize(n);
+    sample_values_.resize(n);
+    for (int64_t k = 0; k < n; ++k) {
+      sample_rows_[k] = (k + 1) * stride - 1;
+      sample_values_[k].assign(dense.begin() + k * pairs, dense.begin() + (k + 1) * pairs);
+    }
+  }
+  return Status::Ok();
 }
 
 AttentionLayerStats AttentionStatsAccumulator::Finish() const {

@@ -108,10 +108,12 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "attnlab/attention.h"
 #include "attnlab/status.h"
+#include "dist/comm.h"
 
 namespace attnlab {
 
@@ -189,6 +191,18 @@ class AttentionStatsAccumulator {
   // The statistics of every row added so far (may be called at any time).
   AttentionLayerStats Finish() const;
 
+  // Distributed runs (dist/comm.h): each rank adds the rows of its own sequences and SKIPS the
+  // others' (SkipRows with their row counts, in the same order), so that every row keeps the
+  // number it has in one process and the JSD sample is the same rows. AllReduce then merges the
+  // ranks (every rank calls it; afterwards every rank holds the merged state): sums and counts
+  // added in rank order, last_key0 taken from the rank whose kept row wins the header's rule,
+  // the sampled rows' JSD values from the rank that added each. The result equals one process
+  // adding every row up to the order of the sums' additions (the JSD sample: bit for bit).
+  // REQUIRES: the same options, shapes and total rows on every rank; every row added by
+  // exactly one rank.
+  void SkipRows(int64_t n);
+  Status AllReduce(dist::Comm& comm, const std::string& what);
+
   int64_t rows() const { return rows_; }
   int64_t heads_q() const { return heads_q_; }
 
@@ -219,6 +233,7 @@ class AttentionStatsAccumulator {
     std::vector<double> col_uniform;      // [first_k] sums of 1/n_i on visible keys
     double last_key0 = 0;
     int64_t last_visible = 0;
+    int64_t last_row = -1;  // the kept row's number (AllReduce's tie rule: the later row)
   };
   std::vector<HeadSums> heads_;
   std::vector<int64_t> alpha_rows_, diagonal_rows_;

@@ -547,6 +547,43 @@ TEST(AttentionStats, JsdSampleSize) {
   }
 }
 
+// Distributed runs number rows across ranks with SkipRows: a rank that skips the calls another
+// adds keeps exactly its own rows of the one-process sample, so the ranks' samples partition it
+// (AllReduce's merge; its collectives are tested under mpirun by tests/distributed_cli_test.py).
+TEST(AttentionStats, SkippedRowsKeepTheOneProcessSampleNumbering) {
+  std::mt19937_64 rng(10);
+  Sequence s;
+  s.Init(300, 2, 2, 8);
+  s.Randomise(rng);
+  AttentionParams p;
+  p.mask.causal = true;
+  AttentionStatsOptions o;
+  o.jsd_rows = 10;
+  const std::vector<int64_t> calls = {1, 2, 5, 9, 30, 100, 153};
+  AttentionStatsAccumulator all = MakeAcc(o, s), even = MakeAcc(o, s), odd = MakeAcc(o, s);
+  int64_t done = 0;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const int64_t n = calls[c];
+    AddCall(s, p, n, done + n, &all, nullptr);
+    AttentionStatsAccumulator& mine = c % 2 == 0 ? even : odd;
+    AttentionStatsAccumulator& other = c % 2 == 0 ? odd : even;
+    AddCall(s, p, n, done + n, &mine, nullptr);
+    other.SkipRows(n);
+    done += n;
+    EXPECT_EQ(even.rows(), done);
+    EXPECT_EQ(odd.rows(), done);
+    EXPECT_EQ(even.Finish().jsd_sample_rows + odd.Finish().jsd_sample_rows,
+              all.Finish().jsd_sample_rows)
+        << done;
+  }
+  // One process: AllReduce changes nothing.
+  const AttentionLayerStats before = all.Finish();
+  ASSERT_TRUE(all.AllReduce(dist::SingleProcess(), "test").ok());
+  const AttentionLayerStats after = all.Finish();
+  EXPECT_EQ(after.jsd_sample_rows, before.jsd_sample_rows);
+  EXPECT_EQ(after.heads[1].alpha, before.heads[1].alpha);
+}
+
 // A key_bias model's per-row extra logit (row_extra_logits): with the same logit b_h on every row
 // of head h it is exactly a sink logit, and on top of softmax1 it is a sink logit of
 // log(1 + e^b) (both extra entries in one); in chunks like a KV cache. Causal masks, GQA.

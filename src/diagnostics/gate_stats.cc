@@ -37,6 +37,13 @@ Status GateStatsAccumulator::Add(const float* gate, int64_t rows) {
   return Status::Ok();
 }
 
+Status GateStatsAccumulator::AllReduce(dist::Comm& comm, const std::string& what) {
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(sum_, what + " (sums)"));
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(sum_sq_, what + " (squares)"));
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(closed_, what + " (closed gates)"));
+  return comm.AllReduceSum(count_, what + " (counts)");
+}
+
 std::vector<GateHeadStats> GateStatsAccumulator::Finish() const {
   std::vector<GateHeadStats> out(heads_);
   for (int64_t h = 0; h < heads_; ++h) {

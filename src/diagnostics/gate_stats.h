@@ -6,9 +6,11 @@
 #define ATTNLAB_DIAGNOSTICS_GATE_STATS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attnlab/status.h"
+#include "dist/comm.h"
 
 namespace attnlab {
 
@@ -29,6 +31,9 @@ class GateStatsAccumulator {
   // gate: [rows, gate_dim] sigmoid outputs; gate column e belongs to head e / (gate_dim / heads).
   Status Add(const float* gate, int64_t rows);
   std::vector<GateHeadStats> Finish() const;  // [heads]
+  // Distributed runs: the sums and counts of every rank, added in rank order (every rank calls
+  // it and holds the merged state after).
+  Status AllReduce(dist::Comm& comm, const std::string& what);
 
  private:
   GateStatsAccumulator(int64_t heads, int64_t gate_dim);
