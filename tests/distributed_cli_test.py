@@ -13,7 +13,8 @@ address is ever a target).
   3. eval: windows shared among the ranks give the single-process result bit for bit
      (tokens, loss) on the bundled text; analyze at P = 2 and 3 gives the one-process
      report.json to within 1e-9 relative (only the order of the sums' additions differs), with
-     rank 0 alone writing and the same attention view.
+     rank 0 alone writing and the same attention view; stream --compare at P = 2 and 3 gives
+     every loss, perplexity, cache size and verdict of one process bit for bit.
   4. faults: a rank that stops answering (ATTNLAB_DIST_TEST_STALL) makes the job end within
      ATTNLAB_DIST_TIMEOUT plus a margin, non-zero, with an error naming the operation; a rank
      killed with SIGKILL in the middle of a 2-rank run with a checkpoint every step ends the job
@@ -116,6 +117,24 @@ def compare_reports(a, b, path=""):
     elif a != b:
         other.append(f"{path}: {a} vs {b}")
     return worst, other
+
+
+def stream_differences(a, b, path=""):
+    """Where two stream --json documents differ, leaving out what measures time or memory
+    (seconds, tokens/s, RSS, the memory sentence that quotes tokens/s, files, ranks)."""
+    timing = {"seconds", "tokens_per_s", "rss_bytes", "files", "ranks", "memory"}
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}: keys {sorted(set(a) ^ set(b))}"] if set(a) != set(b) else []
+        for k in set(a) & set(b):
+            if k not in timing:
+                out += stream_differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: lengths {len(a)} and {len(b)}"]
+        return [x for i, (u, v) in enumerate(zip(a, b))
+                for x in stream_differences(u, v, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a} vs {b}"]
 
 
 def main():
@@ -224,6 +243,22 @@ def main():
                 open(os.path.join(aP, "attention.html"), "rb").read()
             expect(same and sorted(os.listdir(aP)) == sorted(os.listdir(a1)),
                    f"analyze on {P} ranks: one report directory, the same attention view")
+
+        # ---- 3c. stream --compare: whole policies on one rank each, recompute's tokens shared;
+        # every loss, perplexity and verdict bit for bit as one process (times differ).
+        sargs = ["--threads", "1", "stream", "--compare", "--max-tokens", "600", "--window", "64",
+                 "--sinks", "4", "--chunk", "100", "--json"]
+        s1 = json.loads(run([cli] + sargs + ["--out", os.path.join(d, "stream1")]).stdout)
+        for P in (2, 3):
+            sP = json.loads(mpi(P, cli, *sargs, "--out", os.path.join(d, f"stream{P}")).stdout)
+            diff = stream_differences(s1, sP)
+            expect(sP["ranks"] == P and [r["policy"] for r in sP["results"]] ==
+                   [r["policy"] for r in s1["results"]] and not diff,
+                   f"stream --compare on {P} ranks equals one process (losses, perplexities, "
+                   f"cache sizes, verdicts): {len(diff)} differences {diff[:3]}")
+            expect(sorted(os.listdir(os.path.join(d, f"stream{P}"))) ==
+                   sorted(os.listdir(os.path.join(d, "stream1"))),
+                   f"stream --compare on {P} ranks: one report directory")
 
         # ---- 4a. A rank that never answers: the others time out with a clear error.
         t0 = time.monotonic()

@@ -28,7 +28,9 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
+#include "dist/comm.h"
 #include "inference/stream_eval.h"
+#include "stream_ranks.h"
 
 namespace attnlab::cli {
 namespace {
@@ -139,13 +141,29 @@ void Run(const StreamOptions& o) {
                  "slowest policy by far: expect minutes); --max-tokens 2000 gives a quick look\n",
                  static_cast<long>(so.cache.window), tokens.size());
   }
-  std::vector<StreamEvalResult> results;
+  // Distributed (`mpirun -np P attnlab stream`, stream_ranks.h): whole policies on one rank
+  // each, recompute's tokens shared; every rank ends with the merged results, rank 0 writes.
+  dist::Comm& comm = dist::World();
+  std::vector<CachePolicy> runnable;
   for (CachePolicy p : policies) {
-    so.cache.policy = p;
     if (p == CachePolicy::kDense && c.position == PositionEncoding::kLearned &&
         static_cast<int64_t>(tokens.size()) > c.max_positions()) {
       std::fprintf(out, "%-9s skipped: learned positions end at %ld tokens\n", CachePolicyName(p),
                    static_cast<long>(c.max_positions()));
+      continue;
+    }
+    runnable.push_back(p);
+  }
+  const std::vector<int> owners = StreamPolicyOwners(runnable, comm.size());
+  std::vector<StreamEvalResult> results;
+  for (size_t k = 0; k < runnable.size(); ++k) {
+    const CachePolicy p = runnable[k];
+    so.cache.policy = p;
+    const bool shared = owners[k] == kSharedPolicy;
+    so.rank = shared ? comm.rank() : 0;
+    so.ranks = shared ? comm.size() : 1;
+    if (!shared && owners[k] != comm.rank()) {  // another rank's policy
+      results.emplace_back().policy = CachePolicyName(p);
       continue;
     }
     std::fprintf(out, "%-9s %8s %12s %12s %10s %12s %12s %10s\n", CachePolicyName(p), "tokens",
@@ -163,6 +181,12 @@ void Run(const StreamOptions& o) {
                  r.value().tokens_per_s, r.value().seconds);
     results.push_back(std::move(r).value());
   }
+  if (comm.distributed()) {
+    const int64_t scored = static_cast<int64_t>(tokens.size()) + (so.bos >= 0 ? 1 : 0) - 1;
+    Check(MergeStreamRanks(comm, owners, scored, so.chunk, results));
+    if (!comm.root()) return;
+    std::fprintf(out, "merged over %d ranks\n", comm.size());
+  }
   StreamRunInfo info;
   info.model = m.path;
   info.text = text_name;
@@ -172,6 +196,7 @@ void Run(const StreamOptions& o) {
   info.sinks = o.sinks;
   info.chunk = o.chunk;
   info.rope_mode = o.rope_mode;
+  info.ranks = comm.size();
   nlohmann::json doc = StreamRunJson(info, results);
   std::vector<std::string> written;
   if (o.compare) {

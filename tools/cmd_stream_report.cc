@@ -139,7 +139,7 @@ nlohmann::json StreamRunJson(const StreamRunInfo& info, const std::vector<Stream
                    {"text_tokens", info.text_tokens}, {"context", info.context},
                    {"window", info.window},     {"sinks", info.sinks},
                    {"chunk", info.chunk},       {"rope_mode", info.rope_mode},
-                   {"results", nlohmann::json::array()}};
+                   {"ranks", info.ranks},       {"results", nlohmann::json::array()}};
   for (const StreamEvalResult& r : results) j["results"].push_back(StreamResultJson(r));
   return j;
 }

@@ -17,6 +17,7 @@ struct StreamRunInfo {
   std::string model, text;  // the model's path; the text file (or "--prompt")
   int64_t text_tokens = 0, context = 0, window = 0, sinks = 0, chunk = 0;
   std::string rope_mode;
+  int ranks = 1;  // processes that shared the policies (mpirun; tools/stream_ranks.h)
 };
 
 // One policy's result: totals and per-chunk numbers (not the per-token losses).

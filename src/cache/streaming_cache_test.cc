@@ -454,6 +454,59 @@ bool EndsWithPeriod(const std::string& s) { return !s.empty() && s.back() == '.'
 
 // The GPL-3 case: window and sink (nearly) tie after eviction. No sentence may claim
 // that window-only degrades or that sinks restore anything.
+// Recompute's tokens shared between ranks (StreamEvalOptions::rank, a distributed run): each
+// share scores its own tokens only, and their sum, with the losses recomputed in token order,
+// is the one-process result bit for bit. Other policies refuse to be shared.
+TEST(StreamEval, RecomputeSharesOfTheTokensAddUpToTheWholeBitForBit) {
+  ModelConfig c = TinyRope();
+  auto g = Gpt::Create(c);
+  ASSERT_TRUE(g.ok());
+  Gpt& gpt = *g.value();
+  gpt.params().Initialize(c, 6);
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(53);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+  StreamEvalOptions o;
+  o.chunk = 10;
+  o.cache.window = 8;
+  o.bos = 1;
+  o.cache.policy = CachePolicy::kRecompute;
+  auto whole = EvaluateStreaming(gpt, tokens, o);
+  ASSERT_TRUE(whole.ok());
+  for (int ranks : {2, 3, 60}) {
+    StreamEvalResult merged;
+    for (int rank = 0; rank < ranks; ++rank) {
+      o.rank = rank, o.ranks = ranks;
+      auto part = EvaluateStreaming(gpt, tokens, o);
+      ASSERT_TRUE(part.ok()) << part.status().message();
+      if (rank == 0) {
+        merged = part.value();
+        std::fill(merged.token_nll.begin(), merged.token_nll.end(), 0.0);
+      }
+      for (size_t t = 0; t < part.value().token_nll.size(); ++t) {
+        if (static_cast<int>(t % ranks) != rank) EXPECT_EQ(part.value().token_nll[t], 0.0);
+        merged.token_nll[t] += part.value().token_nll[t];
+      }
+    }
+    RecomputeStreamLosses(merged);
+    EXPECT_EQ(merged.token_nll, whole.value().token_nll) << ranks;
+    EXPECT_EQ(merged.mean_loss, whole.value().mean_loss) << ranks;
+    EXPECT_EQ(merged.perplexity, whole.value().perplexity) << ranks;
+    ASSERT_EQ(merged.chunks.size(), whole.value().chunks.size());
+    for (size_t k = 0; k < merged.chunks.size(); ++k) {
+      EXPECT_EQ(merged.chunks[k].chunk_loss, whole.value().chunks[k].chunk_loss);
+      EXPECT_EQ(merged.chunks[k].mean_loss, whole.value().chunks[k].mean_loss);
+    }
+    EXPECT_EQ(merged.eviction_from, whole.value().eviction_from);
+  }
+  o.rank = 0, o.ranks = 2;
+  o.cache.policy = CachePolicy::kSinkWindow;
+  EXPECT_FALSE(EvaluateStreaming(gpt, tokens, o).ok());
+  o.cache.policy = CachePolicy::kRecompute;
+  o.rank = 2;
+  EXPECT_FALSE(EvaluateStreaming(gpt, tokens, o).ok());
+}
+
 TEST(CompareStreamPolicies, WindowAndSinkThatTieGetNoDegradationClaim) {
   const int64_t W = 64, ctx = 64, n = 400;
   const std::vector<double> base = Noise(n, 6.5, 1.5, 1);

@@ -35,6 +35,12 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
   if (o.bos >= 0) stream.push_back(o.bos);
   stream.insert(stream.end(), text.begin(), text.end());
   if (stream.size() < 2) return Status::InvalidArgument("the text has too few tokens to score");
+  if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks ||
+      (o.ranks > 1 && o.cache.policy != CachePolicy::kRecompute)) {
+    return Status::InvalidArgument("stream: rank " + std::to_string(o.rank) + " of " +
+                                   std::to_string(o.ranks) +
+                                   " (only recompute shares its tokens between ranks)");
+  }
   const int64_t n = static_cast<int64_t>(stream.size()), V = c.vocab_size;
   const CachePolicy policy = o.cache.policy;
   if (policy == CachePolicy::kDense && c.position == PositionEncoding::kLearned &&
@@ -63,6 +69,7 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
     // Logits after reading stream[0..t]; they score stream[t + 1].
     const float* logits = nullptr;
     bool evicted = false;
+    const bool mine = t % o.ranks == o.rank;
     if (cache) {
       const int64_t held_before = cache->size();
       ATTNLAB_RETURN_IF_ERROR(model.Forward(&stream[t], nullptr, 1, 1, nullptr, cache.get()));
@@ -80,11 +87,13 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
       if (o.bos >= 0) window.push_back(o.bos);
       for (int64_t i = start; i <= t; ++i) window.push_back(stream[i]);
       evicted = start > (o.bos >= 0 ? 1 : 0);
-      ATTNLAB_RETURN_IF_ERROR(
-          model.Forward(window.data(), nullptr, 1, static_cast<int64_t>(window.size()), nullptr));
-      logits = model.logits() + (model.last_len() - 1) * V;
+      if (mine) {
+        ATTNLAB_RETURN_IF_ERROR(
+            model.Forward(window.data(), nullptr, 1, static_cast<int64_t>(window.size()), nullptr));
+        logits = model.logits() + (model.last_len() - 1) * V;
+      }
     }
-    const double nll = Nll(logits, V, stream[t + 1]);
+    const double nll = mine ? Nll(logits, V, stream[t + 1]) : 0.0;
     if (!std::isfinite(nll)) {
       return Status::Internal("non-finite loss at token " + std::to_string(t + 1));
     }
@@ -92,13 +101,13 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
     r.token_nll.push_back(nll);
     total += nll;
     chunk_total += nll;
-    ++chunk_count;
+    chunk_count += mine;
     ++r.tokens;
     if (r.tokens % o.chunk == 0 || t + 2 == n) {
       const auto now = std::chrono::steady_clock::now();
       StreamChunk ch;
       ch.end = r.tokens;
-      ch.chunk_loss = chunk_total / chunk_count;
+      ch.chunk_loss = chunk_count > 0 ? chunk_total / chunk_count : 0.0;
       ch.mean_loss = total / r.tokens;
       const double dt = std::chrono::duration<double>(now - t_chunk).count();
       ch.tokens_per_s = dt > 0 ? chunk_count / dt : 0;
@@ -117,6 +126,27 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
   r.perplexity = std::exp(r.mean_loss);
   r.tokens_per_s = r.seconds > 0 ? r.tokens / r.seconds : 0;
   return r;
+}
+
+void RecomputeStreamLosses(StreamEvalResult& r) {
+  double total = 0, chunk_total = 0;
+  int64_t chunk_count = 0, scored = 0;
+  size_t c = 0;
+  for (double nll : r.token_nll) {
+    total += nll;
+    chunk_total += nll;
+    ++chunk_count;
+    ++scored;
+    if (c < r.chunks.size() && r.chunks[c].end == scored) {
+      r.chunks[c].chunk_loss = chunk_total / chunk_count;
+      r.chunks[c].mean_loss = total / scored;
+      ++c;
+      chunk_total = 0;
+      chunk_count = 0;
+    }
+  }
+  r.mean_loss = scored > 0 ? total / scored : 0.0;
+  r.perplexity = std::exp(r.mean_loss);
 }
 
 namespace {

@@ -24,6 +24,13 @@ struct StreamEvalOptions {
   StreamingCacheConfig cache;  // policy, sinks, window, RoPE mode
   int32_t bos = -1;
   int64_t chunk = 256;         // tokens per progress record
+  // Recompute only, for a distributed run (every token's window is re-encoded on its own, so the
+  // tokens can be shared): score only the tokens t with t % ranks == rank; every other token's
+  // token_nll is 0 and no forward runs for it, the sums, losses and chunk losses cover this
+  // rank's tokens only and a chunk's tokens_per_s counts them. Merging the ranks' token_nll (a
+  // sum: x + 0 is exact) and recomputing the losses in token order gives the one-process result
+  // bit for bit. Other policies read the stream in order: 0 of 1 only.
+  int rank = 0, ranks = 1;
 };
 
 struct StreamChunk {
@@ -62,6 +69,11 @@ struct StreamEvalResult {
 Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t>& tokens,
                                            const StreamEvalOptions& options,
                                            const std::function<void(const StreamChunk&)>& on_chunk = {});
+
+// The losses of a result recomputed from its token_nll, in token order, as EvaluateStreaming
+// computes them (mean_loss, perplexity, each chunk's chunk_loss and mean_loss; chunk ends kept):
+// for a recompute result whose token_nll was merged over the ranks.
+void RecomputeStreamLosses(StreamEvalResult& r);
 
 // The comparison behind `attnlab stream --compare`'s report: every claim the report makes,
 // computed from the per-token losses of the same text under each policy.
