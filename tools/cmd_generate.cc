@@ -47,7 +47,7 @@ void Run(const GenerateOptions& o) {
   if (!policy.ok()) throw UsageError("--policy: " + policy.status().message());
   if (policy.value() == CachePolicy::kRecompute) {
     throw UsageError("--policy recompute is an evaluation baseline (attnlab stream), not a "
-                     "cache; use dense, window or sink");
+                     "cache; use dense, window, sink, h2o or tova");
   }
   const bool bounded = policy.value() != CachePolicy::kDense;
   // Options that do not apply to the chosen policy are refused, not ignored.
@@ -55,8 +55,9 @@ void Run(const GenerateOptions& o) {
     throw UsageError("--window applies to --policy window and sink; the dense cache (the "
                      "default) keeps every token (add --policy sink or --policy window)");
   }
-  if (policy.value() != CachePolicy::kSinkWindow && o.sinks_opt->count() > 0) {
-    throw UsageError("--sinks applies to --policy sink only (the " + o.policy +
+  const bool scored = IsScoredPolicy(policy.value());
+  if (policy.value() != CachePolicy::kSinkWindow && !scored && o.sinks_opt->count() > 0) {
+    throw UsageError("--sinks applies to the sink, h2o and tova policies (the " + o.policy +
                      " policy pins no tokens)");
   }
   Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
@@ -83,7 +84,8 @@ void Run(const GenerateOptions& o) {
   gc.max_new_tokens = o.max_tokens;
   gc.sampler = o.sampler;
   gc.policy = policy.value();
-  gc.n_sink = o.sinks;
+  // The attention-scored policies pin nothing unless asked (their papers' setting).
+  gc.n_sink = scored && o.sinks_opt->count() == 0 ? 0 : o.sinks;
   gc.window = bounded && o.window_opt->count() > 0 ? o.window : 0;
   gc.kv_dtype = *kv_dtype;
   gc.eos = m.tokenizer->eos_id();
@@ -139,7 +141,8 @@ void Run(const GenerateOptions& o) {
         {"model", m.path},
         {"policy", o.policy},
         {"window", bounded ? nlohmann::json(GenerationCacheConfig(gc, c).window) : nlohmann::json()},
-        {"sinks", gc.policy == CachePolicy::kSinkWindow ? nlohmann::json(gc.n_sink)
+        {"sinks", gc.policy == CachePolicy::kSinkWindow || IsScoredPolicy(gc.policy)
+                      ? nlohmann::json(gc.n_sink)
                                                                     : nlohmann::json()},
         {"kv_dtype", o.kv_dtype},
         {"context", c.context},
@@ -196,9 +199,10 @@ void RegisterGenerateCommand(CLI::App& app) {
   cmd->add_option("--top-p", o->sampler.top_p, "nucleus mass in (0, 1] (0.95)");
   cmd->add_option("--seed", o->sampler.seed, "sampling seed (1)");
   cmd->add_option("--policy", o->policy,
-                  "KV cache: dense (default; prompt + tokens <= context), window, sink (no "
-                  "length limit)");
-  o->sinks_opt = cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
+                  "KV cache: dense (default; prompt + tokens <= context), window, sink, h2o, "
+                  "tova (no length limit; docs/KV_POLICIES.md)");
+  o->sinks_opt = cmd->add_option("--sinks", o->sinks,
+                                 "pinned first tokens: --policy sink (4), h2o and tova (0)");
   cmd->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache storage: f32 (default), bf16 or f16 (--policy dense)");
   o->window_opt = cmd->add_option("--window", o->window,

@@ -28,6 +28,7 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "core/resources.h"
+#include "cache/scored_cache.h"
 #include "dist/comm.h"
 #include "inference/stream_eval.h"
 #include "stream_ranks.h"
@@ -37,11 +38,11 @@ namespace {
 
 struct StreamOptions {
   std::string model, tokenizer, text, prompt, policy = "sink", rope_mode = "attention", out;
-  int64_t sinks = 4, window = 0, max_tokens = 0, chunk = 256;
+  int64_t sinks = 4, window = 0, max_tokens = 0, chunk = 256, recent = -1;
   bool compare = false, json = false;
   // Which options the command line gave (CLI11 fills count()).
   CLI::Option *policy_opt = nullptr, *window_opt = nullptr, *sinks_opt = nullptr,
-              *rope_opt = nullptr, *max_tokens_opt = nullptr;
+              *rope_opt = nullptr, *max_tokens_opt = nullptr, *recent_opt = nullptr;
 };
 
 std::string Mib(int64_t bytes) {
@@ -71,23 +72,29 @@ void CheckOptions(const StreamOptions& o) {
              rope_given = o.rope_opt->count() > 0;
   if (o.compare) {
     if (o.policy_opt->count() > 0) {
-      throw UsageError("--compare runs every policy (dense, window, sink, recompute); drop "
-                       "--policy " + o.policy + " or drop --compare");
+      throw UsageError("--compare runs every policy (dense, window, sink, recompute, h2o and "
+                       "tova with and without sinks); drop --policy " + o.policy +
+                       " or drop --compare");
     }
     return;
+  }
+  const bool scored = o.policy == "h2o" || o.policy == "tova";
+  if (o.recent_opt->count() > 0 && o.policy != "h2o") {
+    throw UsageError("--recent applies to --policy h2o only (its local window)");
   }
   if (o.policy == "dense" && window_given) {
     throw UsageError("--window applies to the window, sink and recompute policies; --policy "
                      "dense keeps every token (use --policy sink --window " +
                      std::to_string(o.window) + " for a bounded cache)");
   }
-  if (o.policy != "sink" && sinks_given) {
-    throw UsageError("--sinks applies to --policy sink only (the " + o.policy +
+  if (o.policy != "sink" && !scored && sinks_given) {
+    throw UsageError("--sinks applies to the sink, h2o and tova policies (the " + o.policy +
                      " policy pins no tokens)");
   }
-  if ((o.policy == "dense" || o.policy == "recompute") && rope_given) {
+  if ((o.policy == "dense" || o.policy == "recompute" || scored) && rope_given) {
     throw UsageError("--rope-mode applies to the window and sink policies (they re-position "
-                     "cached keys as tokens are evicted); --policy " + o.policy + " does not");
+                     "cached keys as tokens are evicted); --policy " + o.policy + " does not" +
+                     (scored ? " (it always rotates keys at attention time)" : ""));
   }
 }
 
@@ -112,18 +119,48 @@ void Run(const StreamOptions& o) {
                                                : RopeCacheMode::kRotateAtAttention;
   so.chunk = o.chunk;
   if (TrainedWithBos(m)) so.bos = *m.tokenizer->bos_id();
-  std::vector<CachePolicy> policies;
+  so.cache.recent = o.recent;
+  // The runs: a policy and its pinned tokens. The attention-scored policies (h2o, tova) run
+  // without pinned tokens and, in --compare, also with --sinks of them ("h2o+sinks").
+  struct PolicyRun {
+    CachePolicy policy;
+    int64_t sinks;
+    std::string label;
+  };
+  std::vector<PolicyRun> runs;
+  auto add = [&](CachePolicy p, int64_t sinks) {
+    const bool pinned = IsScoredPolicy(p) && sinks > 0;
+    runs.push_back({p, sinks, std::string(CachePolicyName(p)) + (pinned ? "+sinks" : "")});
+  };
   if (o.compare) {
-    policies = {CachePolicy::kDense, CachePolicy::kWindow, CachePolicy::kSinkWindow,
-                CachePolicy::kRecompute};
+    for (CachePolicy p : {CachePolicy::kDense, CachePolicy::kWindow, CachePolicy::kSinkWindow,
+                          CachePolicy::kRecompute}) {
+      add(p, o.sinks);
+    }
+    // The scored ones only where the model allows them (plain softmax attention).
+    StreamingCacheConfig probe = so.cache;
+    probe.policy = CachePolicy::kTova, probe.n_sink = o.sinks;
+    if (ValidateStreamingConfig(probe, c).ok()) {
+      for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova}) {
+        add(p, 0);
+        add(p, o.sinks);
+      }
+    } else {
+      std::fprintf(stderr, "note: h2o and tova left out: %s\n",
+                   ValidateStreamingConfig(probe, c).message().c_str());
+    }
   } else {
-    policies = {ParseCachePolicy(o.policy).value()};  // checked in CheckOptions
+    const CachePolicy p = ParseCachePolicy(o.policy).value();  // checked in CheckOptions
+    add(p, IsScoredPolicy(p) && o.sinks_opt->count() == 0 ? 0 : o.sinks);
   }
+  std::vector<CachePolicy> policies;
+  for (const PolicyRun& r : runs) policies.push_back(r.policy);
   // Validate every policy up front (bad flags fail before any work): the window and sinks
   // against this model are usage errors (the command line asks for what the model cannot do).
-  for (CachePolicy p : policies) {
-    so.cache.policy = p;
-    if (p == CachePolicy::kDense && o.compare && c.position == PositionEncoding::kLearned) continue;
+  for (const PolicyRun& r : runs) {
+    so.cache.policy = r.policy;
+    so.cache.n_sink = r.sinks;
+    if (r.policy == CachePolicy::kDense && o.compare && c.position == PositionEncoding::kLearned) continue;
     if (Status st = ValidateStreamingConfig(so.cache, c); !st.ok()) throw UsageError(st.message());
   }
   // Human-readable progress: stdout, or stderr when stdout carries the JSON document.
@@ -144,40 +181,45 @@ void Run(const StreamOptions& o) {
   // Distributed (`mpirun -np P attnlab stream`, stream_ranks.h): whole policies on one rank
   // each, recompute's tokens shared; every rank ends with the merged results, rank 0 writes.
   dist::Comm& comm = dist::World();
-  std::vector<CachePolicy> runnable;
-  for (CachePolicy p : policies) {
-    if (p == CachePolicy::kDense && c.position == PositionEncoding::kLearned &&
+  std::vector<PolicyRun> runnable;
+  for (const PolicyRun& run : runs) {
+    if (run.policy == CachePolicy::kDense && c.position == PositionEncoding::kLearned &&
         static_cast<int64_t>(tokens.size()) > c.max_positions()) {
-      std::fprintf(out, "%-9s skipped: learned positions end at %ld tokens\n", CachePolicyName(p),
+      std::fprintf(out, "%-10s skipped: learned positions end at %ld tokens\n", run.label.c_str(),
                    static_cast<long>(c.max_positions()));
       continue;
     }
-    runnable.push_back(p);
+    runnable.push_back(run);
   }
-  const std::vector<int> owners = StreamPolicyOwners(runnable, comm.size());
+  std::vector<CachePolicy> runnable_policies;
+  for (const PolicyRun& run : runnable) runnable_policies.push_back(run.policy);
+  const std::vector<int> owners = StreamPolicyOwners(runnable_policies, comm.size());
   std::vector<StreamEvalResult> results;
   for (size_t k = 0; k < runnable.size(); ++k) {
-    const CachePolicy p = runnable[k];
-    so.cache.policy = p;
+    const PolicyRun& run = runnable[k];
+    const char* name = run.label.c_str();
+    so.cache.policy = run.policy;
+    so.cache.n_sink = run.sinks;
     const bool shared = owners[k] == kSharedPolicy;
     so.rank = shared ? comm.rank() : 0;
     so.ranks = shared ? comm.size() : 1;
     if (!shared && owners[k] != comm.rank()) {  // another rank's policy
-      results.emplace_back().policy = CachePolicyName(p);
+      results.emplace_back().policy = run.label;
       continue;
     }
-    std::fprintf(out, "%-9s %8s %12s %12s %10s %12s %12s %10s\n", CachePolicyName(p), "tokens",
+    std::fprintf(out, "%-10s %8s %12s %12s %10s %12s %12s %10s\n", name, "tokens",
                  "chunk ppl", "running ppl", "tokens/s", "cache tokens", "cache", "rss");
     auto r = EvaluateStreaming(*m.gpt, tokens, so, [&](const StreamChunk& ch) {
-      std::fprintf(out, "%-9s %8ld %12.3f %12.3f %10.1f %12ld %12s %10s\n", "",
+      std::fprintf(out, "%-10s %8ld %12.3f %12.3f %10.1f %12ld %12s %10s\n", "",
                    static_cast<long>(ch.end), std::exp(ch.chunk_loss), std::exp(ch.mean_loss),
                    ch.tokens_per_s, static_cast<long>(ch.cache_tokens),
                    Mib(ch.cache_bytes).c_str(), Mib(ch.rss_bytes).c_str());
       std::fflush(out);
     });
-    Check(r.status(), CachePolicyName(p));
-    std::fprintf(out, "%-9s done: %ld tokens, perplexity %.3f, %.1f tokens/s, %.1f s\n\n",
-                 CachePolicyName(p), static_cast<long>(r.value().tokens), r.value().perplexity,
+    Check(r.status(), name);
+    r.value().policy = run.label;
+    std::fprintf(out, "%-10s done: %ld tokens, perplexity %.3f, %.1f tokens/s, %.1f s\n\n",
+                 name, static_cast<long>(r.value().tokens), r.value().perplexity,
                  r.value().tokens_per_s, r.value().seconds);
     results.push_back(std::move(r).value());
   }
@@ -233,9 +275,14 @@ void RegisterStreamCommand(CLI::App& app) {
   CLI::Option* text = cmd->add_option("--text", o->text, "text file (default: the bundled sample)");
   cmd->add_option("--prompt", o->prompt, "literal text to score instead of a file")
       ->excludes(text);
-  o->policy_opt =
-      cmd->add_option("--policy", o->policy, "dense | window | sink (default) | recompute");
-  o->sinks_opt = cmd->add_option("--sinks", o->sinks, "pinned first tokens for --policy sink (4)");
+  o->policy_opt = cmd->add_option(
+      "--policy", o->policy, "dense | window | sink (default) | recompute | h2o | tova");
+  o->sinks_opt = cmd->add_option("--sinks", o->sinks,
+                                 "pinned first tokens: --policy sink (4), h2o and tova (0); "
+                                 "--compare runs h2o and tova with 0 and with this many (4)");
+  o->recent_opt = cmd->add_option("--recent", o->recent,
+                                  "h2o: the most recent tokens that always stay (default: half "
+                                  "of window - 1 - sinks)");
   o->window_opt = cmd->add_option("--window", o->window,
                                   "tokens the window, sink and recompute policies hold, sinks "
                                   "included, >= 1 (default: the model's context)");

@@ -59,15 +59,17 @@ size_t StyleIndex(const std::string& policy) {
   if (policy == "dense") return 1;      // solid, colour 1
   if (policy == "sink") return 10;      // dashed, colour 2
   if (policy == "window") return 19;    // dotted, colour 3
-  return 4;
+  // The attention-scored policies (scored_cache.h): one colour each, dashed with pinned sinks.
+  if (policy == "h2o") return 4;
+  if (policy == "h2o+sinks") return 12;
+  if (policy == "tova") return 5;
+  if (policy == "tova+sinks") return 13;
+  return 6;
 }
 
 const char* StyleName(const std::string& policy) {
-  switch (StyleIndex(policy)) {
-    case 10: return "dashed";
-    case 19: return "dotted";
-    default: return "solid";
-  }
+  const size_t i = StyleIndex(policy);
+  return i >= 16 ? "dotted" : i >= 8 ? "dashed" : "solid";
 }
 
 void AddStyledSeries(report::XyPlot* plot, std::vector<report::Series> series) {
@@ -160,14 +162,17 @@ nlohmann::json StreamComparisonJson(const StreamComparison& c) {
                    {"in_context", nlohmann::json::array()},
                    {"beyond_context", nlohmann::json::array()},
                    {"memory", nlohmann::json::array()},
+                   {"pinning", nlohmann::json::array()},
                    {"sentences",
                     {{"window_vs_sink", c.window_vs_sink_text},
+                     {"pinning", c.pinning_text},
                      {"in_context", c.in_context_text},
                      {"beyond_context", c.beyond_context_text},
                      {"memory", c.memory_text}}},
                    {"summary", c.summary}};
   for (const StreamPairStat& s : c.in_context) j["in_context"].push_back(PairJson(s));
   for (const StreamPairStat& s : c.beyond_context) j["beyond_context"].push_back(PairJson(s));
+  for (const StreamPairStat& s : c.pinning) j["pinning"].push_back(PairJson(s));
   for (const StreamMemoryStat& m : c.memory) {
     j["memory"].push_back({{"policy", m.policy},
                            {"max_tokens", m.max_tokens},
@@ -441,8 +446,8 @@ std::vector<std::string> WriteStreamReport(const std::string& dir, const StreamR
                 rows, table_caption);
   html.AddSection("verdicts", "What the numbers say");
   std::vector<std::string> bullets;
-  for (const std::string* t : {&c.window_vs_sink_text, &c.in_context_text, &c.beyond_context_text,
-                               &c.memory_text}) {
+  for (const std::string* t : {&c.window_vs_sink_text, &c.pinning_text, &c.in_context_text,
+                               &c.beyond_context_text, &c.memory_text}) {
     if (!t->empty()) bullets.push_back(*t);
   }
   html.AddBulletList(bullets);

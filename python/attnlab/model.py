@@ -292,7 +292,7 @@ class Model:
     # Generation ----------------------------------------------------------------------------
     def generate(self, input="", max_new_tokens=10, temperature=1.0, top_k=None, top_p=None,
                  seed=None, do_sample=True, stop_at_eos=True, eos_token_id=None, policy="dense",
-                 sinks=4, window=None, prepend_bos=None, return_type="input"):
+                 sinks=None, window=None, prepend_bos=None, return_type="input"):
         """Samples a continuation of one prompt (TransformerLens' generate, on attnlab's caches).
 
         input: a string (tokenized with BOS as the model was trained, or per ``prepend_bos``) or
@@ -301,8 +301,10 @@ class Model:
         fresh random seed; an int makes it reproducible). Stops after ``max_new_tokens`` or at
         the end-of-text token (``stop_at_eos``; ``eos_token_id`` overrides the tokenizer's).
         ``policy``: "dense" (every token; prompt + new tokens must fit the context), "window" or
-        "sink" (StreamingLLM: ``sinks`` pinned first tokens plus the most recent, ``window``
-        tokens in all, default the context; no length limit). return_type: "input" (a string for
+        "sink" (StreamingLLM: ``sinks`` pinned first tokens, default 4, plus the most recent,
+        ``window`` tokens in all, default the context; no length limit), "h2o" or "tova" (keep
+        the tokens that receive the most attention, at most ``window`` keys per query, ``sinks``
+        of them pinned, default 0; docs/KV_POLICIES.md). return_type: "input" (a string for
         a string, else tokens), "str" (prompt text + continuation) or "tokens" ([1, pos + new],
         torch for torch input).
         """
@@ -326,7 +328,8 @@ class Model:
         new = self._m.generate(
             np.ascontiguousarray(toks[0], dtype=np.int32), int(max_new_tokens),
             float(temperature) if do_sample else 0.0, int(top_k or 0),
-            1.0 if top_p is None else float(top_p), int(seed), str(policy), int(sinks),
+            1.0 if top_p is None else float(top_p), int(seed), str(policy),
+            int(sinks) if sinks is not None else (0 if policy in ("h2o", "tova") else 4),
             int(window or 0), None if eos is None else int(eos))
         if return_type == "str" or (return_type == "input" and text is not None):
             prompt_text = text if text is not None else self.to_string(toks[0])

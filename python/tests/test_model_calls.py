@@ -123,12 +123,27 @@ def test_generate_text_seeds_and_the_sink_cache_past_the_context():
         m.generate("The jury said", max_new_tokens=400)  # the dense cache cannot hold it
 
 
+def test_generate_with_the_attention_scored_caches_past_the_context():
+    """h2o and tova (issue 38; docs/KV_POLICIES.md) bound the cache like sink does: generation
+    runs past the context, seeded runs repeat, and a budget with nothing to choose from raises."""
+    m = attnlab.load()  # the embedded default model (RoPE, context 256)
+    for policy in ("h2o", "tova"):
+        a = m.generate("The jury said", max_new_tokens=300, policy=policy, window=32, sinks=0,
+                       seed=3, return_type="tokens", stop_at_eos=False)
+        b = m.generate("The jury said", max_new_tokens=300, policy=policy, window=32, sinks=0,
+                       seed=3, return_type="tokens", stop_at_eos=False)
+        assert a.shape[1] == m.to_tokens("The jury said").shape[1] + 300
+        assert (a == b).all()
+        with pytest.raises(ValueError, match="something must be left to choose from"):
+            m.generate("The jury said", max_new_tokens=5, policy=policy, window=4, sinks=4)
+
+
 def test_generate_bad_requests_raise(model):
     m, toks, _ = model
     with pytest.raises(ValueError, match="evaluation baseline"):
         m.generate(toks[0, :4], policy="recompute")
     with pytest.raises(ValueError, match="unknown"):
-        m.generate(toks[0, :4], policy="h2o")
+        m.generate(toks[0, :4], policy="lru")
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         m.generate(toks[0, :4], max_new_tokens=0)
     with pytest.raises(ValueError, match="one prompt"):

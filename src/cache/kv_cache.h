@@ -42,6 +42,16 @@ class KvCache {
   virtual void EndStep() = 0;
   // Bytes held by the cache (for memory reports).
   virtual int64_t bytes() const = 0;
+  // Caches that choose what to keep by the attention it receives (scored_cache.h): after each
+  // layer's attention over the views Update handed out, the model passes the new rows' queries
+  // q ([1, heads_q, T, head_dim], after RoPE) and their log-sum-exp lse ([heads_q, T]), so
+  // P[i, j] = exp(scale q_i . k_j - lse_i). Called between Update and the next layer's Update.
+  virtual bool WantsAttention() const { return false; }
+  virtual Status ObserveAttention(int64_t layer, const AttentionParams& params,
+                                  const AttentionTensor& q, int64_t T, std::span<const float> lse) {
+    (void)layer, (void)params, (void)q, (void)T, (void)lse;
+    return Status::Ok();
+  }
   // 16-bit caches (HalfKvCache): on a one-token step Update stores the token and hands out
   // EMPTY views (data == nullptr); the model then attends with AttentionDecode over these views
   // of every token held, in the cache's dtype. false for caches that always hand out fp32 views.

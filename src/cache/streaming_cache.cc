@@ -12,17 +12,21 @@ const char* CachePolicyName(CachePolicy p) {
     case CachePolicy::kWindow: return "window";
     case CachePolicy::kSinkWindow: return "sink";
     case CachePolicy::kRecompute: return "recompute";
+    case CachePolicy::kH2O: return "h2o";
+    case CachePolicy::kTova: return "tova";
   }
   return "?";
 }
 
+bool IsScoredPolicy(CachePolicy p) { return p == CachePolicy::kH2O || p == CachePolicy::kTova; }
+
 Result<CachePolicy> ParseCachePolicy(const std::string& name) {
   for (CachePolicy p : {CachePolicy::kDense, CachePolicy::kWindow, CachePolicy::kSinkWindow,
-                        CachePolicy::kRecompute}) {
+                        CachePolicy::kRecompute, CachePolicy::kH2O, CachePolicy::kTova}) {
     if (name == CachePolicyName(p)) return p;
   }
   return Status::InvalidArgument("unknown cache policy '" + name +
-                                 "' (expected dense, window, sink or recompute)");
+                                 "' (expected dense, window, sink, recompute, h2o or tova)");
 }
 
 Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig& model) {
@@ -43,14 +47,39 @@ Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig
                                      std::to_string(sc.n_sink) + ")");
     }
   }
-  if ((sc.policy == CachePolicy::kWindow || sc.policy == CachePolicy::kSinkWindow) &&
-      model.attention_type == AttentionType::kLinear) {
+  const bool bounded = sc.policy == CachePolicy::kWindow || sc.policy == CachePolicy::kSinkWindow ||
+                       IsScoredPolicy(sc.policy);
+  if (IsScoredPolicy(sc.policy)) {
+    if (sc.window < 2) {
+      return Status::InvalidArgument("--window must be >= 2 for the " + p + " policy (it keeps " +
+                                     "window - 1 tokens between steps)");
+    }
+    if (sc.n_sink < 0) return Status::InvalidArgument("--sinks must be >= 0");
+    const int64_t recent = sc.policy == CachePolicy::kH2O ? sc.recent : 0;
+    if (sc.policy == CachePolicy::kH2O && sc.recent < -1) {
+      return Status::InvalidArgument("--recent must be >= 0 (or -1: the default)");
+    }
+    if (sc.n_sink + std::max<int64_t>(recent, 0) > sc.window - 1) {
+      return Status::InvalidArgument(
+          "the " + p + " policy needs sinks (" + std::to_string(sc.n_sink) + ") + recent (" +
+          std::to_string(std::max<int64_t>(recent, 0)) + ") <= window - 1 (" +
+          std::to_string(sc.window - 1) + "): something must be left to choose from");
+    }
+    if (model.softmax != SoftmaxKind::kStandard || model.key_bias || model.sink_token ||
+        model.attention_window >= 0 || model.mask_first_key || !model.causal ||
+        model.attention_type != AttentionType::kSoftmax) {
+      return Status::InvalidArgument(
+          "the " + p + " policy scores tokens by plain softmax attention over the cache; this "
+          "model's attention (a softmax variant, key bias, a sink token, a local window or a "
+          "masked first key) is not that: use the window or sink policy");
+    }
+  }
+  if (bounded && model.attention_type == AttentionType::kLinear) {
     return Status::InvalidArgument(
         "the " + p + " policy evicts keys, and a linear-attention model keeps none: its cache is "
         "a running state of constant size already; use --policy dense");
   }
-  if ((sc.policy == CachePolicy::kWindow || sc.policy == CachePolicy::kSinkWindow) &&
-      model.position == PositionEncoding::kLearned) {
+  if (bounded && model.position == PositionEncoding::kLearned) {
     return Status::InvalidArgument(
         "the " + p + " policy shifts positions as tokens are evicted, which learned absolute "
         "positions cannot do (each cached key carries its position); use --policy recompute "

@@ -40,22 +40,28 @@
 
 namespace attnlab {
 
-enum class CachePolicy { kDense, kWindow, kSinkWindow, kRecompute };
+// kH2O and kTova choose by attention: scored_cache.h.
+enum class CachePolicy { kDense, kWindow, kSinkWindow, kRecompute, kH2O, kTova };
 enum class RopeCacheMode { kRotateAtAttention, kStoreRotated };
 
 struct StreamingCacheConfig {
   CachePolicy policy = CachePolicy::kSinkWindow;
-  int64_t n_sink = 4;    // pinned tokens (kSinkWindow)
-  int64_t window = 256;  // W: tokens held in total, sinks included
+  int64_t n_sink = 4;    // pinned tokens (kSinkWindow: >= 1; kH2O, kTova: >= 0, 0 = none)
+  int64_t window = 256;  // W: tokens held in total, sinks included (the scored policies: the
+                         // most keys a query sees; W - 1 held between steps)
+  int64_t recent = -1;   // kH2O: the most recent tokens that always stay (-1: DefaultH2oRecent)
   RopeCacheMode rope_mode = RopeCacheMode::kRotateAtAttention;
 };
 
-// "dense", "window", "sink", "recompute".
+// "dense", "window", "sink", "recompute", "h2o", "tova".
 const char* CachePolicyName(CachePolicy p);
 Result<CachePolicy> ParseCachePolicy(const std::string& name);
 
+// True for kH2O and kTova (scored_cache.h).
+bool IsScoredPolicy(CachePolicy p);
 // Checks the config against the model: window in [1, context], sinks < window (kSinkWindow),
-// positions shiftable (RoPE or none) for the bounded policies.
+// positions shiftable (RoPE or none) for the bounded policies; for kH2O and kTova also a window
+// of at least 2, sinks + recent <= window - 1, and plain softmax attention (scored_cache.h).
 Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig& model);
 
 class StreamingKvCache : public KvCache {

@@ -484,7 +484,9 @@ TEST(StreamEval, RecomputeSharesOfTheTokensAddUpToTheWholeBitForBit) {
         std::fill(merged.token_nll.begin(), merged.token_nll.end(), 0.0);
       }
       for (size_t t = 0; t < part.value().token_nll.size(); ++t) {
-        if (static_cast<int>(t % ranks) != rank) EXPECT_EQ(part.value().token_nll[t], 0.0);
+        if (static_cast<int>(t % ranks) != rank) {
+          EXPECT_EQ(part.value().token_nll[t], 0.0);
+        }
         merged.token_nll[t] += part.value().token_nll[t];
       }
     }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/kv_cache.h"
+#include "cache/scored_cache.h"
 
 namespace attnlab {
 
@@ -34,7 +35,7 @@ Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int6
   switch (gc.policy) {
     case CachePolicy::kRecompute:
       return Status::InvalidArgument("the recompute policy is an evaluation baseline, not a "
-                                     "cache; use dense, window or sink");
+                                     "cache; use dense, window, sink, h2o or tova");
     case CachePolicy::kDense:
       if (prompt_tokens + gc.max_new_tokens > c.context) {
         return Status::InvalidArgument(
@@ -46,7 +47,9 @@ Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int6
       }
       return Status::Ok();
     case CachePolicy::kWindow:
-    case CachePolicy::kSinkWindow: {
+    case CachePolicy::kSinkWindow:
+    case CachePolicy::kH2O:
+    case CachePolicy::kTova: {
       if (gc.kv_dtype != KvDtype::kF32) {
         return Status::InvalidArgument("a 16-bit KV cache needs the dense policy (the streaming "
                                        "caches hold fp32)");
@@ -68,8 +71,12 @@ Result<Generation> Generate(Gpt& g, std::span<const int32_t> prompt, const Gener
     ATTNLAB_ASSIGN_OR_RETURN(cache, MakeKvCache(c, gc.kv_dtype));
   } else {
     const StreamingCacheConfig sc = GenerationCacheConfig(gc, c);
-    cache = std::make_unique<StreamingKvCache>(sc, c);
-    step_max = sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
+    cache = MakeBoundedKvCache(sc, c);
+    // A scored cache takes a step of any length while the positions stay inside the context
+    // (it evicts after the step); the others, what fits their recent slots.
+    step_max = IsScoredPolicy(sc.policy)
+                   ? std::max<int64_t>(1, c.context - sc.window + 1)
+                   : sc.window - (sc.policy == CachePolicy::kSinkWindow ? sc.n_sink : 0);
   }
   Generation out;
   Sampler sampler(gc.sampler);

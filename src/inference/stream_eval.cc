@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 
+#include "cache/scored_cache.h"
 #include "core/process_memory.h"
 
 namespace attnlab {
@@ -54,7 +55,7 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
   if (policy == CachePolicy::kDense) {
     cache = MakeKvCache(c);  // linear attention: its running state
   } else if (policy != CachePolicy::kRecompute) {
-    cache = std::make_unique<StreamingKvCache>(o.cache, c);
+    cache = MakeBoundedKvCache(o.cache, c);
   }
   StreamEvalResult r;
   r.policy = CachePolicyName(policy);
@@ -345,13 +346,45 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
     }
   }
 
+  // The sink question for the attention-scored policies: each with its first tokens pinned
+  // ("<name>+sinks") against itself without, after eviction starts.
+  for (const StreamEvalResult& pinned : results) {
+    const std::string& name = pinned.policy;
+    const size_t plus = name.find("+sinks");
+    if (plus == std::string::npos || plus + 6 != name.size()) continue;
+    const StreamEvalResult* bare = FindPolicy(results, name.substr(0, plus).c_str());
+    if (!bare || bare->eviction_from < 0 || bare->eviction_from >= c.tokens) continue;
+    c.pinning.push_back(Pair(*bare, pinned, bare->eviction_from, c.tokens, tolerance));
+    const StreamPairStat& s = c.pinning.back();
+    const std::string ppl = "perplexity " + Ppl(s.perplexity) + " without, " +
+                            Ppl(s.reference_perplexity) + " with, over " + Range(s.from, s.to);
+    const std::string nums = " (" + ppl + ")";
+    std::string t = "Pinning the first " + Int(sinks) + " tokens ";
+    if (s.verdict > 0) {
+      t += "helps " + s.reference.substr(0, plus) + ": without them it is " +
+           FormatPercent(s.relative) + " worse" + nums;
+    } else if (s.verdict < 0) {
+      t += "hurts " + s.reference.substr(0, plus) + ": without them it is " +
+           FormatPercent(s.relative) + " better" + nums;
+    } else {
+      t += "makes no measurable difference to " + s.reference.substr(0, plus) + " (" +
+           FormatPercent(s.relative) + " apart, within the noise of " +
+           FormatPercent(s.noise) + "; " + ppl + ")";
+    }
+    c.pinning_text += (c.pinning_text.empty() ? "" : " ") + t + ".";
+  }
+
   std::string in_context_short, beyond_short, memory_short;
   // Each policy against dense, within the dense model's range.
   if (dense && c.context_end > 0) {
     std::vector<std::string> parts;
     bool all_agree = true;
     double largest = 0;
-    for (const StreamEvalResult* r : {win, sink, rec}) {
+    std::vector<const StreamEvalResult*> others = {win, sink, rec};
+    for (const StreamEvalResult& r : results) {  // the scored policies (h2o, tova, ...)
+      if (&r != dense && &r != win && &r != sink && &r != rec) others.push_back(&r);
+    }
+    for (const StreamEvalResult* r : others) {
       if (!r) continue;
       c.in_context.push_back(Pair(*r, *dense, 0, c.context_end, tolerance));
       const StreamPairStat& s = c.in_context.back();
@@ -391,7 +424,11 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
   if (c.context_end < c.tokens) {
     if (rec) {
       std::vector<std::string> parts, shorts;
-      for (const StreamEvalResult* r : {dense, win, sink}) {
+      std::vector<const StreamEvalResult*> others = {dense, win, sink};
+      for (const StreamEvalResult& r : results) {
+        if (&r != dense && &r != win && &r != sink && &r != rec) others.push_back(&r);
+      }
+      for (const StreamEvalResult* r : others) {
         if (!r) continue;
         c.beyond_context.push_back(Pair(*r, *rec, c.context_end, c.tokens, tolerance));
         const StreamPairStat& s = c.beyond_context.back();
@@ -505,7 +542,7 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
   c.summary = head;
   const std::string& beyond = beyond_short.empty() ? c.beyond_context_text : beyond_short;
   for (const std::string* t : std::initializer_list<const std::string*>{
-           &c.window_vs_sink_text, &beyond, &in_context_short, &memory_short}) {
+           &c.window_vs_sink_text, &c.pinning_text, &beyond, &in_context_short, &memory_short}) {
     if (!t->empty()) c.summary += " " + *t;
   }
   return c;

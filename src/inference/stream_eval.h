@@ -110,14 +110,19 @@ struct StreamComparison {
   std::vector<StreamPairStat> in_context;     // each policy against dense, [0, context_end)
   std::vector<StreamPairStat> beyond_context; // each policy against recompute, [context_end, tokens)
   std::vector<StreamMemoryStat> memory;
+  // Each attention-scored policy without pinned first tokens against itself with them
+  // ("h2o" vs "h2o+sinks"), after its eviction starts; policy = without, reference = with.
+  std::vector<StreamPairStat> pinning;
   double max_chunk_window_vs_sink = 0;        // largest |chunk ppl ratio - 1| after eviction
   // Sentences (each a complete sentence ending in '.'): what the numbers above say.
   std::string window_vs_sink_text, in_context_text, beyond_context_text, memory_text;
+  std::string pinning_text;
   std::string summary;  // the verdict: all of the above that applies, in order
 };
 
-// Compares the policies present in `results` (any of dense, window, sink, recompute; all on the
-// same text). context: the model's; window, sinks: the cache's configuration.
+// Compares the policies present in `results` (any of dense, window, sink, recompute, and the
+// attention-scored ones, "h2o" / "tova" with "+sinks" when their first tokens are pinned; all on
+// the same text). context: the model's; window, sinks: the cache's configuration.
 StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& results,
                                        int64_t context, int64_t window, int64_t sinks,
                                        double tolerance = 0.01);

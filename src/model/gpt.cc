@@ -558,6 +558,10 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   }
   const auto t_att = std::chrono::steady_clock::now();
   ATTNLAB_RETURN_IF_ERROR(AttentionCoreForward(l, ap, cache, shape, Const(views.q), k_all, v_all));
+  if (cache && cache->WantsAttention()) {  // a cache that keeps tokens by attention (B = 1)
+    ATTNLAB_RETURN_IF_ERROR(cache->ObserveAttention(l, ap, Const(views.q), Tm,
+                                                    std::span<const float>(a.lse, H * Tm)));
+  }
   if (profile_) profile_->attention += SecondsSince(t_att);
   if (lp.key_bias) {  // the zero-value key's entry joins each row (key_bias.h)
     internal::KeyBiasForward(KeyBiasShapeOf(c, B, Tm), views.q.data, lp.key_bias, a.att, a.lse,

@@ -1,0 +1,231 @@
+#include "cache/scored_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace attnlab {
+
+int64_t DefaultH2oRecent(const StreamingCacheConfig& sc) {
+  return std::max<int64_t>(0, (sc.window - 1 - sc.n_sink) / 2);
+}
+
+ScoredKvCache::ScoredKvCache(const StreamingCacheConfig& sc, const ModelConfig& model)
+    : sc_(sc),
+      n_layer_(model.n_layer),
+      kv_heads_(model.kv_heads()),
+      head_dim_(model.head_dim()),
+      n_head_(model.n_head),
+      keep_(sc.window - 1),
+      n_sink_(sc.n_sink),
+      recent_(sc.policy == CachePolicy::kH2O ? (sc.recent >= 0 ? sc.recent : DefaultH2oRecent(sc))
+                                              : 0),
+      k_(model.n_layer),
+      v_(model.n_layer),
+      order_(model.n_layer, std::vector<std::vector<int32_t>>(model.kv_heads())),
+      free_(model.n_layer, std::vector<std::vector<int32_t>>(model.kv_heads())),
+      seq_(model.n_layer, std::vector<std::vector<int64_t>>(model.kv_heads())),
+      score_(model.n_layer, std::vector<std::vector<double>>(model.kv_heads())) {
+  Grow(sc.window);
+}
+
+void ScoredKvCache::Grow(int64_t slots) {
+  if (slots <= cap_) return;
+  const int64_t hd = head_dim_, H = kv_heads_;
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    for (std::vector<float>* buf : {&k_[l], &v_[l]}) {
+      std::vector<float> fresh(H * slots * hd, 0.0f);
+      for (int64_t g = 0; g < H && cap_ > 0; ++g) {
+        std::memcpy(fresh.data() + g * slots * hd, buf->data() + g * cap_ * hd,
+                    sizeof(float) * cap_ * hd);
+      }
+      *buf = std::move(fresh);
+    }
+    for (int64_t g = 0; g < H; ++g) {
+      for (int64_t s = slots - 1; s >= cap_; --s) free_[l][g].push_back(static_cast<int32_t>(s));
+      seq_[l][g].resize(slots, -1);
+      score_[l][g].resize(slots, 0.0);
+    }
+  }
+  k_scratch_.assign(H * slots * hd, 0.0f);
+  v_scratch_.assign(H * slots * hd, 0.0f);
+  cap_ = slots;
+}
+
+Status ScoredKvCache::BeginStep(int64_t T, std::vector<int64_t>* positions) {
+  if (T < 1) return Status::InvalidArgument("a cache step needs at least one token");
+  Grow(size_ + T);
+  pending_ = T;
+  positions->resize(T);
+  for (int64_t t = 0; t < T; ++t) (*positions)[t] = size_ + t;
+  return Status::Ok();
+}
+
+Status ScoredKvCache::Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                             const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                             int64_t* len_k) {
+  if (layer < 0 || layer >= n_layer_) {
+    return Status::InvalidArgument("scored cache: layer " + std::to_string(layer) + " of " +
+                                   std::to_string(n_layer_));
+  }
+  const int64_t hd = head_dim_, H = kv_heads_;
+  float* K = k_[layer].data();
+  float* V = v_[layer].data();
+  for (int64_t g = 0; g < H; ++g) {
+    for (int64_t t = 0; t < pending_; ++t) {
+      const int32_t slot = free_[layer][g].back();
+      free_[layer][g].pop_back();
+      order_[layer][g].push_back(slot);
+      seq_[layer][g][slot] = arrivals_ + t;
+      score_[layer][g][slot] = 0.0;
+      std::memcpy(K + (g * cap_ + slot) * hd, k_new + t * ld + g * hd, sizeof(float) * hd);
+      std::memcpy(V + (g * cap_ + slot) * hd, v_new + t * ld + g * hd, sizeof(float) * hd);
+    }
+  }
+  // This step's keys and values in each head's logical order; keys rotated to their ranks.
+  const int64_t n = size_ + pending_;
+  for (int64_t g = 0; g < H; ++g) {
+    const std::vector<int32_t>& ord = order_[layer][g];
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(k_scratch_.data() + (g * cap_ + i) * hd, K + (g * cap_ + ord[i]) * hd,
+                  sizeof(float) * hd);
+      std::memcpy(v_scratch_.data() + (g * cap_ + i) * hd, V + (g * cap_ + ord[i]) * hd,
+                  sizeof(float) * hd);
+    }
+  }
+  TensorView4<float> kv;
+  kv.data = k_scratch_.data(), kv.size = static_cast<int64_t>(k_scratch_.size());
+  kv.stride_token = hd, kv.stride_head = cap_ * hd, kv.stride_batch = H * cap_ * hd;
+  if (rope) {
+    std::vector<int64_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = i;
+    ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, kv, 1, H, n, pos));
+  }
+  auto view = [&](const float* base) {
+    AttentionTensor a;
+    a.data = base, a.size = H * cap_ * hd;
+    a.stride_token = hd, a.stride_head = cap_ * hd, a.stride_batch = H * cap_ * hd;
+    return a;
+  };
+  *k_all = view(k_scratch_.data());
+  *v_all = view(v_scratch_.data());
+  *len_k = n;
+  scratch_layer_ = layer;
+  return Status::Ok();
+}
+
+Status ScoredKvCache::ObserveAttention(int64_t layer, const AttentionParams& params,
+                                       const AttentionTensor& q, int64_t T,
+                                       std::span<const float> lse) {
+  const int64_t hd = head_dim_, H = n_head_, Hkv = kv_heads_, group = H / Hkv;
+  const int64_t n = size_ + pending_;
+  if (layer != scratch_layer_ || T != pending_ || static_cast<int64_t>(lse.size()) < H * T) {
+    return Status::Internal("scored cache: attention of layer " + std::to_string(layer) +
+                            " (" + std::to_string(T) + " rows) does not match the step (layer " +
+                            std::to_string(scratch_layer_) + ", " + std::to_string(pending_) +
+                            " new tokens)");
+  }
+  const double scale = params.scale ? *params.scale : 1.0 / std::sqrt(static_cast<double>(hd));
+  // w[h][j]: H2O sums over the step's rows; TOVA reads the last row (the current query).
+  std::vector<double> w(H * n, 0.0);
+  const int64_t first_row = sc_.policy == CachePolicy::kTova ? T - 1 : 0;
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / group;
+    for (int64_t i = first_row; i < T; ++i) {
+      const float* qi = q.at(0, h, i);
+      const double l = lse[h * T + i];
+      const int64_t visible = n - T + i + 1;  // causal within the step
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* kj = k_scratch_.data() + (g * cap_ + j) * hd;
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qi[d]) * kj[d];
+        w[h * n + j] += std::exp(scale * dot - l);
+      }
+    }
+  }
+  for (int64_t g = 0; g < Hkv; ++g) {
+    const std::vector<int32_t>& ord = order_[layer][g];
+    std::vector<double>& sc = score_[layer][g];
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      if (sc_.policy == CachePolicy::kTova) {
+        for (int64_t h = 0; h < H; ++h) s += w[h * n + j];  // every head of the layer
+        sc[ord[j]] = s / static_cast<double>(H);
+      } else {
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) s += w[h * n + j];
+        sc[ord[j]] += s;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t ScoredKvCache::Victim(int64_t layer, int64_t head, int64_t n) const {
+  // Candidates: logical [n_sink, n - recent); the lowest score, the oldest on ties.
+  const int64_t lo = std::min(n_sink_, n - 1), hi = std::max(lo + 1, n - recent_);
+  const std::vector<int32_t>& ord = order_[layer][head];
+  const std::vector<double>& sc = score_[layer][head];
+  int64_t best = lo;
+  for (int64_t i = lo + 1; i < hi; ++i) {
+    if (sc[ord[i]] < sc[ord[best]]) best = i;
+  }
+  return best;
+}
+
+void ScoredKvCache::EndStep() {
+  const int64_t n = size_ + pending_;
+  const int64_t drop = std::max<int64_t>(0, n - keep_);
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    for (int64_t e = 0; e < drop; ++e) {
+      const int64_t len = n - e;
+      // TOVA decides once per layer (the scores are the heads' mean, the same in every KV
+      // head); H2O per KV head.
+      const int64_t shared = sc_.policy == CachePolicy::kTova ? Victim(l, 0, len) : -1;
+      for (int64_t g = 0; g < kv_heads_; ++g) {
+        const int64_t i = shared >= 0 ? shared : Victim(l, g, len);
+        std::vector<int32_t>& ord = order_[l][g];
+        const int32_t slot = ord[i];
+        seq_[l][g][slot] = -1;
+        score_[l][g][slot] = 0.0;
+        free_[l][g].push_back(slot);
+        ord.erase(ord.begin() + i);
+      }
+    }
+  }
+  evictions_ += drop;
+  size_ = n - drop;
+  arrivals_ += pending_;
+  pending_ = 0;
+}
+
+int64_t ScoredKvCache::bytes() const {
+  int64_t b = 0;
+  for (const auto& x : k_) b += static_cast<int64_t>(x.size()) * 4;
+  for (const auto& x : v_) b += static_cast<int64_t>(x.size()) * 4;
+  b += static_cast<int64_t>(k_scratch_.size() + v_scratch_.size()) * 4;
+  // Scores and arrival numbers: 16 bytes per slot and head.
+  return b + n_layer_ * kv_heads_ * cap_ * 16;
+}
+
+std::vector<int64_t> ScoredKvCache::RetainedTokens(int64_t layer, int64_t head) const {
+  std::vector<int64_t> out;
+  for (int32_t slot : order_[layer][head]) out.push_back(seq_[layer][head][slot]);
+  return out;
+}
+
+std::vector<double> ScoredKvCache::Scores(int64_t layer, int64_t head) const {
+  std::vector<double> out;
+  for (int32_t slot : order_[layer][head]) out.push_back(score_[layer][head][slot]);
+  return out;
+}
+
+std::unique_ptr<KvCache> MakeBoundedKvCache(const StreamingCacheConfig& sc,
+                                            const ModelConfig& model) {
+  if (sc.policy == CachePolicy::kH2O || sc.policy == CachePolicy::kTova) {
+    return std::make_unique<ScoredKvCache>(sc, model);
+  }
+  return std::make_unique<StreamingKvCache>(sc, model);
+}
+
+}  // namespace attnlab

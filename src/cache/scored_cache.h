@@ -1,0 +1,104 @@
+// KV caches that choose which tokens to keep by the attention they receive (issue 38;
+// docs/KV_POLICIES.md), beside StreamingLLM's sinks + window (streaming_cache.h):
+//
+//   kH2O   Heavy-Hitter Oracle (Zhang et al. 2023, arXiv:2306.14048, Algorithm 1): each cached
+//          token's score is the attention it has received, summed over every query that saw it
+//          (per KV head: the query heads of a GQA group add up). When the cache is over budget
+//          the token with the lowest score leaves, among the tokens older than the `recent`
+//          most recent ones (which always stay: H2O's local window). Per KV head: each head
+//          keeps its own heavy hitters, as in the paper.
+//   kTova  Token Omission Via Attention (Oren et al. 2024, arXiv:2401.06104, section 3): after
+//          each step the token with the lowest attention from the CURRENT query, averaged over
+//          the layer's heads, leaves; one choice per layer (every head of the layer drops it).
+//
+// Both optionally pin the first n_sink tokens (never evicted): the sink question, measured by
+// running each policy with and without them.
+//
+// Budget. `window` W is the most keys a query attends to, as for the window and sink policies:
+// between steps the cache holds W - 1 tokens, the step's new token joins them (W keys for its
+// query), and after the step's attention the policy drops one (the papers' order: the new token
+// is scored with the rest and may leave at once). A step of T > 1 tokens (a prompt) attends
+// over size + T keys and then evicts down to W - 1; its positions must stay below the context.
+//
+// Positions are cache indices as in StreamingLLM (streaming_cache.h): the i-th retained token
+// of a head, oldest first, sits at position i, so every key is re-rotated to its current rank
+// at every step (keys are stored unrotated and rotated into a scratch buffer, as
+// kRotateAtAttention does). Different heads and layers may keep different tokens; each head's
+// positions follow its own ranks.
+//
+// Ties (equal scores) evict the oldest token, so every choice is deterministic.
+//
+// Scores come from the model: after each layer's attention over the views Update handed out,
+// Gpt::Forward passes the new rows' queries (after RoPE) and their log-sum-exp
+// (KvCache::ObserveAttention); P[i, j] = exp(scale q_i . k_j - lse_i), causal within the step.
+// Plain softmax attention only (ValidateStreamingConfig says what else is refused and why).
+#ifndef ATTNLAB_CACHE_SCORED_CACHE_H_
+#define ATTNLAB_CACHE_SCORED_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "attnlab/model_config.h"
+#include "cache/kv_cache.h"
+#include "cache/streaming_cache.h"
+
+namespace attnlab {
+
+// H2O's default recent window: half of what the budget leaves after the pinned tokens,
+// (W - 1 - n_sink) / 2 (the paper's equal heavy-hitter and recent shares).
+int64_t DefaultH2oRecent(const StreamingCacheConfig& sc);
+
+class ScoredKvCache : public KvCache {
+ public:
+  // REQUIRES: ValidateStreamingConfig ok; policy kH2O or kTova.
+  ScoredKvCache(const StreamingCacheConfig& sc, const ModelConfig& model);
+  int64_t size() const override { return size_; }
+  Status BeginStep(int64_t T, std::vector<int64_t>* positions) override;
+  Status Update(int64_t layer, const float* k_new, const float* v_new, int64_t ld,
+                const RopeTable* rope, AttentionTensor* k_all, AttentionTensor* v_all,
+                int64_t* len_k) override;
+  bool WantsAttention() const override { return true; }
+  Status ObserveAttention(int64_t layer, const AttentionParams& params, const AttentionTensor& q,
+                          int64_t T, std::span<const float> lse) override;
+  void EndStep() override;
+  int64_t bytes() const override;
+
+  // The arrival numbers (0, 1, 2, ...) of the tokens KV head `head` of `layer` keeps, oldest
+  // first, and their scores (H2O: accumulated attention; TOVA: the last query's head mean).
+  std::vector<int64_t> RetainedTokens(int64_t layer, int64_t head) const;
+  std::vector<double> Scores(int64_t layer, int64_t head) const;
+  int64_t evictions() const { return evictions_; }
+  int64_t recent() const { return recent_; }
+
+ private:
+  void Grow(int64_t slots);
+  int64_t Victim(int64_t layer, int64_t head, int64_t n) const;  // logical index to drop
+
+  StreamingCacheConfig sc_;
+  int64_t n_layer_, kv_heads_, head_dim_, n_head_;
+  int64_t keep_;     // W - 1: tokens held between steps
+  int64_t n_sink_;   // pinned first tokens
+  int64_t recent_;   // H2O: the most recent tokens that always stay (0 for TOVA)
+  int64_t cap_ = 0;  // slots per (layer, head)
+  int64_t size_ = 0, pending_ = 0, arrivals_ = 0, evictions_ = 0;
+  // Per layer: keys (unrotated) and values, [kv_heads][cap][head_dim].
+  std::vector<std::vector<float>> k_, v_;
+  // Per layer and head: slots in logical order, free slots, each slot's arrival and score.
+  std::vector<std::vector<std::vector<int32_t>>> order_, free_;
+  std::vector<std::vector<std::vector<int64_t>>> seq_;
+  std::vector<std::vector<std::vector<double>>> score_;
+  // Per layer: this step's rotated keys and values in logical order, [kv_heads][cap][head_dim],
+  // kept until ObserveAttention has read the keys.
+  std::vector<float> k_scratch_, v_scratch_;
+  int64_t scratch_layer_ = -1;
+};
+
+// The bounded caches by policy: StreamingKvCache (window, sink) or ScoredKvCache (h2o, tova).
+// REQUIRES: ValidateStreamingConfig ok and a bounded policy.
+std::unique_ptr<KvCache> MakeBoundedKvCache(const StreamingCacheConfig& sc, const ModelConfig& model);
+
+}  // namespace attnlab
+
+#endif  // ATTNLAB_CACHE_SCORED_CACHE_H_
