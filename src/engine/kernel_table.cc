@@ -17,8 +17,10 @@ namespace {
     namespace ns_ = ns;                                                                \
     KernelTable t{target_enum,          0, 0, 0, &ns::FlashForwardTask,                \
                   &ns::FlashBackwardTask, &ns::DecodeTask, &ns::WeightRowsTask,        \
-                  &ns::WidenRows,         OpsTable{}};                                 \
+                  &ns::WidenRows,         OpsTable{}, RowStatsTable{}};                \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
+    t.row_stats = {&ns::RowMax, &ns::RowArgMax, &ns::SoftmaxRowSums,                   \
+                   &ns::SigmoidRowSums, &ns::JsDistance};                              \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \
   }()

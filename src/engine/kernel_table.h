@@ -132,6 +132,32 @@ struct OpsTable {
 #undef ATTNLAB_OPS_MEMBER
 };
 
+// ---- The attention statistics' row loops (diagnostics/attention_stats.cc, which defines the
+// statistics; row_stats_kernel.cc). A score row t[0, ld) is padded (ld a multiple of 16) and
+// holds x_j = scale log2(e) q . k_j, -inf where invisible.
+//   row_max       max_j t_j
+//   row_arg_max   the max and the first column holding it (not all -inf)
+//   softmax_row_sums  with e_j = 2^(t_j - max2), dist_j = dist0 - j: s0 = sum e_j,
+//                 s1 = sum e_j (t_j - max2), s2 = sum e_j dist_j
+//   sigmoid_row_sums  with p_j = 1 / (1 + 2^-(t_j + b2)) (0 where invisible): s0 = sum p_j,
+//                 s2 = sum p_j dist_j
+//   js_distance   the normalised Jensen-Shannon distance sqrt(JSD / ln 2) of two rows q1, q2
+//                 over n keys (n a multiple of kJsPad; zero-padded), l1, l2 their natural logs
+//                 (any finite value where q = 0)
+// fp32 lanes flushed into double every 256 keys; JSD in double lanes.
+struct RowSumsD {
+  double s0 = 0, s1 = 0, s2 = 0;
+};
+constexpr int64_t kJsPad = 8;  // every target's double lanes divide it
+struct RowStatsTable {
+  float (*row_max)(const float* t, int64_t ld);
+  float (*row_arg_max)(const float* t, int64_t ld, int64_t* arg);
+  RowSumsD (*softmax_row_sums)(const float* t, int64_t ld, float max2, int64_t dist0);
+  RowSumsD (*sigmoid_row_sums)(const float* t, int64_t ld, float b2, int64_t dist0);
+  double (*js_distance)(const double* q1, const double* l1, const double* q2, const double* l2,
+                        int64_t n);
+};
+
 // One target's task bodies. Each writes only its task's outputs (no shared writes).
 struct KernelTable {
   SimdTarget target;
@@ -146,6 +172,7 @@ struct KernelTable {
   // products with more input rows.
   void (*widen_rows)(const WeightRowsArgs& a, int64_t rows, float* out);
   OpsTable ops;
+  RowStatsTable row_stats;
 };
 
 // The table of ActiveSimdTarget() (one atomic load).
@@ -165,6 +192,12 @@ const KernelTable& ActiveKernels();
   void WeightRowsTask(const internal::WeightRowsArgs& a, int64_t r0, int64_t r1);             \
   void WidenRows(const internal::WeightRowsArgs& a, int64_t rows, float* out);                 \
   void DescribeTarget(int* lanes, int* tile_rows, int* tile_cols);                            \
+  float RowMax(const float* t, int64_t ld);                                                   \
+  float RowArgMax(const float* t, int64_t ld, int64_t* arg);                                  \
+  internal::RowSumsD SoftmaxRowSums(const float* t, int64_t ld, float max2, int64_t dist0);   \
+  internal::RowSumsD SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0);     \
+  double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,   \
+                    int64_t n);                                                               \
   ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
   }
 #define ATTNLAB_DECLARE_OP(name) internal::ops_fn::name name;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attnlab/attention.h"
@@ -139,6 +140,62 @@ TEST(SimdTarget, EveryTargetComputesTheSameAttention) {
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(outs[t][i], outs[0][i], 2e-6f) << "target " << t;
     for (size_t i = 0; i < decodes[0].size(); ++i) {
       ASSERT_NEAR(decodes[t][i], decodes[0][i], 2e-6f) << "decode, target " << t;
+    }
+  }
+}
+
+// The attention statistics' row loops (RowStatsTable): every target against a double-precision
+// reference of the contract in kernel_table.h, on rows with invisible keys, padding, a long row
+// (several flushes) and a one-hot row; ties in the arg max keep the first column.
+TEST(SimdTarget, EveryTargetComputesTheSameRowStatistics) {
+  ScopedTarget restore;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const float ninf = -INFINITY;
+  for (int64_t ld : {16, 48, 1040}) {
+    std::vector<float> t(ld);
+    for (int64_t j = 0; j < ld; ++j) t[j] = (j % 7 == 3 || j >= ld - 5) ? ninf : nd(rng);
+    t[1] = t[9] = 9.0f;  // the max twice: the first column wins
+    double mx = ninf, s0 = 0, s1 = 0, s2 = 0, p0 = 0, p2 = 0;
+    for (float x : t) mx = std::max<double>(mx, x);
+    const int64_t dist0 = ld + 11;
+    const float b2 = -0.7f;
+    for (int64_t j = 0; j < ld; ++j) {
+      if (t[j] == ninf) continue;
+      const double u = t[j] - mx, e = std::exp2(u);
+      s0 += e, s1 += e * u, s2 += e * static_cast<double>(dist0 - j);
+      const double p = 1.0 / (1.0 + std::exp2(-(static_cast<double>(t[j]) + b2)));
+      p0 += p, p2 += p * static_cast<double>(dist0 - j);
+    }
+    // Two renormalised rows for the JSD (7 keys, zero-padded to 8).
+    std::vector<double> q1(8, 0.0), q2(8, 0.0), l1(8, 0.0), l2(8, 0.0);
+    double z1 = 0, z2 = 0, want_js = 0;
+    for (int j = 0; j < 7; ++j) z1 += q1[j] = std::exp(nd(rng) * 0.3), z2 += q2[j] = j == 2 ? 0.0 : std::exp(nd(rng) * 0.3);
+    for (int j = 0; j < 7; ++j) {
+      q1[j] /= z1, q2[j] /= z2;
+      l1[j] = std::log(q1[j]), l2[j] = q2[j] > 0 ? std::log(q2[j]) : 0.0;
+      const double m = 0.5 * (q1[j] + q2[j]);
+      if (q1[j] > 0) want_js += 0.5 * q1[j] * std::log(q1[j] / m);
+      if (q2[j] > 0) want_js += 0.5 * q2[j] * std::log(q2[j] / m);
+    }
+    want_js = std::sqrt(want_js / std::log(2.0));
+    for (SimdTarget target : AvailableSimdTargets()) {
+      ASSERT_TRUE(SetSimdTarget(target).ok());
+      const internal::RowStatsTable& k = internal::ActiveKernels().row_stats;
+      const std::string what = std::string(SimdTargetName(target)) + " ld " + std::to_string(ld);
+      EXPECT_EQ(k.row_max(t.data(), ld), 9.0f) << what;
+      int64_t arg = -1;
+      EXPECT_EQ(k.row_arg_max(t.data(), ld, &arg), 9.0f) << what;
+      EXPECT_EQ(arg, 1) << what;
+      const internal::RowSumsD s = k.softmax_row_sums(t.data(), ld, 9.0f, dist0);
+      EXPECT_NEAR(s.s0, s0, 1e-5 * s0) << what;
+      EXPECT_NEAR(s.s1, s1, 1e-5 * (1 + std::abs(s1))) << what;
+      EXPECT_NEAR(s.s2, s2, 1e-5 * std::abs(s2)) << what;
+      const internal::RowSumsD g = k.sigmoid_row_sums(t.data(), ld, b2, dist0);
+      EXPECT_NEAR(g.s0, p0, 1e-5 * p0) << what;
+      EXPECT_NEAR(g.s2, p2, 1e-5 * std::abs(p2)) << what;
+      EXPECT_NEAR(k.js_distance(q1.data(), l1.data(), q2.data(), l2.data(), 8), want_js, 1e-12)
+          << what;
     }
   }
 }
