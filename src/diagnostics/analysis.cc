@@ -10,6 +10,7 @@
 #include <random>
 
 #include "attnlab/attention.h"
+#include "attnlab/thread_pool.h"
 #include "core/json_number.h"
 #include "cache/kv_cache.h"
 #include "diagnostics/analysis_merge.h"
@@ -258,17 +259,20 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
   const int64_t H = c.n_head, hd = c.head_dim(), C = c.d_model, group = H / c.kv_heads();
   if (l0 == 0 && l1 > 0) {
     ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics em,
-                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.emb_.data(), T, C), ro));
+                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.emb_.data(), T, C), ro,
+                                                          &DefaultThreadPool()));
     AddStream(r.embedding, em, w);
   }
   for (int64_t l = l0; l < l1; ++l) {
     LayerAnalysis& la = r.layers[l];
     ATTNLAB_ASSIGN_OR_RETURN(RepresentationMetrics m,
-                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.res_[l].data(), T, C), ro));
+                             ComputeRepresentationMetrics(MakeTokenMatrix(obs.res_[l].data(), T, C), ro,
+                                                          &DefaultThreadPool()));
     AddStream(la.output, m, w);
     if (T >= 2) {
       ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
-                               ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H));
+                               ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H,
+                                                    &DefaultThreadPool()));
       for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
     }
     if (T >= 2) ATTNLAB_RETURN_IF_ERROR(AddExtremeTokens(c, o, obs, l, T, &la.extreme));

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "attnlab/thread_pool.h"
+#include "engine/kernel_table.h"
 
 namespace attnlab {
 namespace {
@@ -88,34 +89,46 @@ Eigen::MatrixXd SumInOrder(std::vector<Eigen::MatrixXd>& parts) {
 constexpr int64_t kBlock = 128;
 
 // Feature-side Gram G = Sc^T Sc, [n, n] with n = total columns; only the LOWER triangle is valid.
-// Sc is S with each part's mean subtracted (in double). O(T n^2).
+// Sc is S with each part's mean subtracted (in double). O(T n^2), in the active SIMD target's
+// double kernel (engine/gram_kernel.cc): blocks of kBlock rows are packed into double (zero
+// padding to a multiple of 16 columns) and every column tile of G adds the block's products, the
+// tiles shared among the pool's threads. Each entry sums its T products in row order, so the
+// result does not depend on the thread count.
 Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
   const int64_t T = s.rows(), n = s.cols();
-  const int64_t chunks = NumChunks(T, pool);
-  std::vector<Eigen::MatrixXd> g(chunks);
-  ForChunks(chunks, pool, [&](int64_t chunk) {
-    const int64_t begin = T * chunk / chunks, end = T * (chunk + 1) / chunks;
-    g[chunk] = Eigen::MatrixXd::Zero(n, n);
-    Eigen::MatrixXd block(std::min(kBlock, end - begin), n);
-    for (int64_t t0 = begin; t0 < end; t0 += kBlock) {
-      const int64_t rows = std::min(kBlock, end - t0);
-      if (rows != block.rows()) block.resize(rows, n);
-      int64_t col = 0;
-      for (size_t p = 0; p < s.parts.size(); ++p) {
-        const TokenMatrix& x = s.parts[p];
-        const std::vector<double>* mean = s.means[p];
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* r = x.row(t0 + i);
-          for (int64_t c = 0; c < x.cols; ++c) {
-            block(i, col + c) = static_cast<double>(r[c]) - (mean ? (*mean)[c] : 0.0);
-          }
+  const internal::GramTable& kernel = internal::ActiveKernels().gram;
+  const int64_t width = kernel.gram_columns(), ld = (n + 15) / 16 * 16;
+  const int64_t tiles = (n + width - 1) / width;
+  std::vector<double> g(ld * ld, 0.0), block(kBlock * ld, 0.0);
+  for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+    const int64_t rows = std::min(kBlock, T - t0);
+    int64_t col = 0;
+    for (size_t p = 0; p < s.parts.size(); ++p) {
+      const TokenMatrix& x = s.parts[p];
+      const std::vector<double>* mean = s.means[p];
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* r = x.row(t0 + i);
+        double* out = block.data() + i * ld + col;
+        for (int64_t c = 0; c < x.cols; ++c) {
+          out[c] = static_cast<double>(r[c]) - (mean ? (*mean)[c] : 0.0);
         }
-        col += x.cols;
       }
-      g[chunk].selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
+      col += x.cols;
     }
-  });
-  return SumInOrder(g);
+    auto tile = [&](int64_t j) {
+      kernel.gram_lower_columns(block.data(), rows, ld, n, j * width, g.data(), ld);
+    };
+    if (pool && tiles > 1) {
+      pool->ParallelFor(tiles, [&](int64_t j, int) { tile(j); });
+    } else {
+      for (int64_t j = 0; j < tiles; ++j) tile(j);
+    }
+  }
+  Eigen::MatrixXd out = Eigen::MatrixXd::Zero(n, n);
+  for (int64_t a = 0; a < n; ++a) {
+    for (int64_t b = 0; b <= a; ++b) out(a, b) = g[a * ld + b];
+  }
+  return out;
 }
 
 // Token-side Gram K = Xc Xc^T, [T, T], lower triangle valid. O(T^2 C).

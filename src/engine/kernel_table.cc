@@ -17,10 +17,11 @@ namespace {
     namespace ns_ = ns;                                                                \
     KernelTable t{target_enum,          0, 0, 0, &ns::FlashForwardTask,                \
                   &ns::FlashBackwardTask, &ns::DecodeTask, &ns::WeightRowsTask,        \
-                  &ns::WidenRows,         OpsTable{}, RowStatsTable{}};                \
+                  &ns::WidenRows,         OpsTable{}, RowStatsTable{}, GramTable{}};   \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
     t.row_stats = {&ns::RowMax, &ns::RowArgMax, &ns::SoftmaxRowSums,                   \
                    &ns::SigmoidRowSums, &ns::JsDistance};                              \
+    t.gram = {&ns::GramColumns, &ns::GramLowerColumns};                                \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \
   }()

@@ -158,6 +158,19 @@ struct RowStatsTable {
                         int64_t n);
 };
 
+// ---- The lower triangle of a Gram matrix in double (gram_kernel.cc; the representation
+// metrics' feature Gram): gram_lower_columns adds, for the column tile [b0, b0 + gram_columns)
+// and every row a of G with a >= b0 rounded down to a multiple of 8 and a < n,
+//   g[a * ldg + b] += sum_{t < rows} x[t * ldx + a] * x[t * ldx + b],
+// in t order. x is [rows][ldx] with columns [n, ldx) zero and ldx >= b0 + gram_columns; g has
+// ldg >= b0 + gram_columns columns. gram_columns is a multiple of 4 and divides 16. Entries with
+// b > a (inside the diagonal tiles) are computed too: callers read the lower triangle.
+struct GramTable {
+  int64_t (*gram_columns)();
+  void (*gram_lower_columns)(const double* x, int64_t rows, int64_t ldx, int64_t n, int64_t b0,
+                             double* g, int64_t ldg);
+};
+
 // One target's task bodies. Each writes only its task's outputs (no shared writes).
 struct KernelTable {
   SimdTarget target;
@@ -173,6 +186,7 @@ struct KernelTable {
   void (*widen_rows)(const WeightRowsArgs& a, int64_t rows, float* out);
   OpsTable ops;
   RowStatsTable row_stats;
+  GramTable gram;
 };
 
 // The table of ActiveSimdTarget() (one atomic load).
@@ -198,6 +212,9 @@ const KernelTable& ActiveKernels();
   internal::RowSumsD SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0);     \
   double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,   \
                     int64_t n);                                                               \
+  int64_t GramColumns();                                                                      \
+  void GramLowerColumns(const double* x, int64_t rows, int64_t ldx, int64_t n, int64_t b0,    \
+                        double* g, int64_t ldg);                                              \
   ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
   }
 #define ATTNLAB_DECLARE_OP(name) internal::ops_fn::name name;

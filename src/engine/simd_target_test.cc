@@ -200,5 +200,42 @@ TEST(SimdTarget, EveryTargetComputesTheSameRowStatistics) {
   }
 }
 
+// The Gram kernel (GramTable): every target's lower triangle equals the plain triple loop
+// exactly on small integers (every product and partial sum is exact in double), for awkward
+// widths (one column, below and past a tile, past 16) and row counts.
+TEST(SimdTarget, EveryTargetComputesTheSameGramExactly) {
+  ScopedTarget restore;
+  std::mt19937 rng(9);
+  for (int64_t n : {1, 7, 17, 100}) {
+    for (int64_t rows : {1, 5, 130}) {
+      const int64_t ld = (n + 15) / 16 * 16;
+      std::vector<double> x(rows * ld, 0.0);
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t c = 0; c < n; ++c) x[t * ld + c] = static_cast<double>(rng() % 19) - 9.0;
+      }
+      std::vector<double> want(ld * ld, 0.0);
+      for (int64_t a = 0; a < n; ++a) {
+        for (int64_t b = 0; b <= a; ++b) {
+          for (int64_t t = 0; t < rows; ++t) want[a * ld + b] += x[t * ld + a] * x[t * ld + b];
+        }
+      }
+      for (SimdTarget target : AvailableSimdTargets()) {
+        ASSERT_TRUE(SetSimdTarget(target).ok());
+        const internal::GramTable& k = internal::ActiveKernels().gram;
+        const int64_t w = k.gram_columns();
+        ASSERT_TRUE(w % 4 == 0 && 16 % w == 0) << w;
+        std::vector<double> g(ld * ld, 1.0);  // the kernel adds: start from 1
+        for (int64_t b0 = 0; b0 < n; b0 += w) k.gram_lower_columns(x.data(), rows, ld, n, b0, g.data(), ld);
+        for (int64_t a = 0; a < n; ++a) {
+          for (int64_t b = 0; b <= a; ++b) {
+            ASSERT_EQ(g[a * ld + b], want[a * ld + b] + 1.0)
+                << SimdTargetName(target) << " n " << n << " rows " << rows << " at " << a << "," << b;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnlab
