@@ -38,11 +38,13 @@ namespace {
 
 struct StreamOptions {
   std::string model, tokenizer, text, prompt, policy = "sink", rope_mode = "attention", out;
+  std::string positions = "distance";  // h2o, tova: distance | rank (scored_cache.h)
   int64_t sinks = 4, window = 0, max_tokens = 0, chunk = 256, recent = -1;
   bool compare = false, json = false;
   // Which options the command line gave (CLI11 fills count()).
   CLI::Option *policy_opt = nullptr, *window_opt = nullptr, *sinks_opt = nullptr,
-              *rope_opt = nullptr, *max_tokens_opt = nullptr, *recent_opt = nullptr;
+              *rope_opt = nullptr, *max_tokens_opt = nullptr, *recent_opt = nullptr,
+              *positions_opt = nullptr;
 };
 
 std::string Mib(int64_t bytes) {
@@ -68,6 +70,9 @@ void CheckOptions(const StreamOptions& o) {
     throw UsageError("--rope-mode must be attention or stored, got '" + o.rope_mode + "'");
   }
   if (auto p = ParseCachePolicy(o.policy); !p.ok()) throw UsageError("--policy: " + p.status().message());
+  if (o.positions != "distance" && o.positions != "rank") {
+    throw UsageError("--positions must be distance or rank, got '" + o.positions + "'");
+  }
   const bool window_given = o.window_opt->count() > 0, sinks_given = o.sinks_opt->count() > 0,
              rope_given = o.rope_opt->count() > 0;
   if (o.compare) {
@@ -81,6 +86,10 @@ void CheckOptions(const StreamOptions& o) {
   const bool scored = o.policy == "h2o" || o.policy == "tova";
   if (o.recent_opt->count() > 0 && o.policy != "h2o") {
     throw UsageError("--recent applies to --policy h2o only (its local window)");
+  }
+  if (o.positions_opt->count() > 0 && !scored) {
+    throw UsageError("--positions applies to --policy h2o and tova (the others keep contiguous "
+                     "tokens at cache-index positions)");
   }
   if (o.policy == "dense" && window_given) {
     throw UsageError("--window applies to the window, sink and recompute policies; --policy "
@@ -120,6 +129,8 @@ void Run(const StreamOptions& o) {
   so.chunk = o.chunk;
   if (TrainedWithBos(m)) so.bos = *m.tokenizer->bos_id();
   so.cache.recent = o.recent;
+  so.cache.scored_positions = o.positions == "rank" ? StreamingCacheConfig::ScoredPositions::kRank
+                                                    : StreamingCacheConfig::ScoredPositions::kDistance;
   // The runs: a policy and its pinned tokens. The attention-scored policies (h2o, tova) run
   // without pinned tokens and, in --compare, also with --sinks of them ("h2o+sinks").
   struct PolicyRun {
@@ -280,6 +291,10 @@ void RegisterStreamCommand(CLI::App& app) {
   o->sinks_opt = cmd->add_option("--sinks", o->sinks,
                                  "pinned first tokens: --policy sink (4), h2o and tova (0); "
                                  "--compare runs h2o and tova with 0 and with this many (4)");
+  o->positions_opt = cmd->add_option(
+      "--positions", o->positions,
+      "h2o, tova: where kept keys sit: distance (default: their distance to the newest token, "
+      "as far as the context reaches) or rank (the i-th kept token at position i)");
   o->recent_opt = cmd->add_option("--recent", o->recent,
                                   "h2o: the most recent tokens that always stay (default: half "
                                   "of window - 1 - sinks)");

@@ -17,6 +17,7 @@ ScoredKvCache::ScoredKvCache(const StreamingCacheConfig& sc, const ModelConfig& 
       kv_heads_(model.kv_heads()),
       head_dim_(model.head_dim()),
       n_head_(model.n_head),
+      context_(model.context),
       keep_(sc.window - 1),
       n_sink_(sc.n_sink),
       recent_(sc.policy == CachePolicy::kH2O ? (sc.recent >= 0 ? sc.recent : DefaultH2oRecent(sc))
@@ -53,12 +54,26 @@ void ScoredKvCache::Grow(int64_t slots) {
   cap_ = slots;
 }
 
+int64_t ScoredKvCache::NewestPosition() const {
+  return std::min(arrivals_ + pending_ - 1, context_ - 1);
+}
+
+int64_t ScoredKvCache::KeyPosition(int64_t rank, int64_t arrival) const {
+  if (sc_.scored_positions == StreamingCacheConfig::ScoredPositions::kRank) return rank;
+  return std::max<int64_t>(0, NewestPosition() - (arrivals_ + pending_ - 1 - arrival));
+}
+
 Status ScoredKvCache::BeginStep(int64_t T, std::vector<int64_t>* positions) {
   if (T < 1) return Status::InvalidArgument("a cache step needs at least one token");
+  if (size_ + T > context_) {
+    return Status::InvalidArgument("a step of " + std::to_string(T) + " tokens on " +
+                                   std::to_string(size_) + " kept ones exceeds the context of " +
+                                   std::to_string(context_) + "; feed fewer tokens per step");
+  }
   Grow(size_ + T);
   pending_ = T;
   positions->resize(T);
-  for (int64_t t = 0; t < T; ++t) (*positions)[t] = size_ + t;
+  for (int64_t t = 0; t < T; ++t) (*positions)[t] = KeyPosition(size_ + t, arrivals_ + t);
   return Status::Ok();
 }
 
@@ -97,10 +112,16 @@ Status ScoredKvCache::Update(int64_t layer, const float* k_new, const float* v_n
   TensorView4<float> kv;
   kv.data = k_scratch_.data(), kv.size = static_cast<int64_t>(k_scratch_.size());
   kv.stride_token = hd, kv.stride_head = cap_ * hd, kv.stride_batch = H * cap_ * hd;
-  if (rope) {
+  if (rope) {  // each head's keys at its own tokens' positions
     std::vector<int64_t> pos(n);
-    for (int64_t i = 0; i < n; ++i) pos[i] = i;
-    ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, kv, 1, H, n, pos));
+    for (int64_t g = 0; g < H; ++g) {
+      const std::vector<int32_t>& ord = order_[layer][g];
+      for (int64_t i = 0; i < n; ++i) pos[i] = KeyPosition(i, seq_[layer][g][ord[i]]);
+      TensorView4<float> head = kv;
+      head.data = k_scratch_.data() + g * cap_ * hd;
+      head.size = cap_ * hd;
+      ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, head, 1, 1, n, pos));
+    }
   }
   auto view = [&](const float* base) {
     AttentionTensor a;

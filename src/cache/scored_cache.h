@@ -20,11 +20,16 @@
 // is scored with the rest and may leave at once). A step of T > 1 tokens (a prompt) attends
 // over size + T keys and then evicts down to W - 1; its positions must stay below the context.
 //
-// Positions are cache indices as in StreamingLLM (streaming_cache.h): the i-th retained token
-// of a head, oldest first, sits at position i, so every key is re-rotated to its current rank
-// at every step (keys are stored unrotated and rotated into a scratch buffer, as
-// kRotateAtAttention does). Different heads and layers may keep different tokens; each head's
-// positions follow its own ranks.
+// Positions (StreamingCacheConfig::scored_positions). kDistance (the default): the newest token
+// sits at P = min(its arrival number, context - 1) and every kept key j at P - (newest - a_j),
+// its true distance to the newest token, clamped at 0: the papers keep each key at its original
+// position, and this keeps the same distances while they fit the trained range (a key older
+// than the context sits at the farthest trained distance). kRank: as in StreamingLLM
+// (streaming_cache.h), the i-th kept token of a head, oldest first, sits at position i, which
+// compresses the distance to an old kept token (contiguous windows keep their distances; a
+// scattered selection does not). Either way keys are stored unrotated and rotated into a scratch
+// buffer at every step (as kRotateAtAttention does); different heads and layers may keep
+// different tokens, each at its own positions.
 //
 // Ties (equal scores) evict the oldest token, so every choice is deterministic.
 //
@@ -74,10 +79,14 @@ class ScoredKvCache : public KvCache {
 
  private:
   void Grow(int64_t slots);
+  // The step's newest token's position, and the position of the kept token of logical rank
+  // `rank` that arrived as number `arrival` (scored_positions; during a step, with pending_).
+  int64_t NewestPosition() const;
+  int64_t KeyPosition(int64_t rank, int64_t arrival) const;
   int64_t Victim(int64_t layer, int64_t head, int64_t n) const;  // logical index to drop
 
   StreamingCacheConfig sc_;
-  int64_t n_layer_, kv_heads_, head_dim_, n_head_;
+  int64_t n_layer_, kv_heads_, head_dim_, n_head_, context_;
   int64_t keep_;     // W - 1: tokens held between steps
   int64_t n_sink_;   // pinned first tokens
   int64_t recent_;   // H2O: the most recent tokens that always stay (0 for TOVA)

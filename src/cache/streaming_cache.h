@@ -50,6 +50,10 @@ struct StreamingCacheConfig {
   int64_t window = 256;  // W: tokens held in total, sinks included (the scored policies: the
                          // most keys a query sees; W - 1 held between steps)
   int64_t recent = -1;   // kH2O: the most recent tokens that always stay (-1: DefaultH2oRecent)
+  // kH2O, kTova: how kept keys are positioned (scored_cache.h). kDistance (default): each key
+  // keeps its distance to the newest token, as far as the context reaches (the papers' original
+  // positions, inside the trained range); kRank: the i-th kept token sits at position i.
+  enum class ScoredPositions { kDistance, kRank } scored_positions = ScoredPositions::kDistance;
   RopeCacheMode rope_mode = RopeCacheMode::kRotateAtAttention;
 };
 
