@@ -117,14 +117,16 @@ std::string ReadTextInput(const std::string& text_file, const std::string& promp
   return std::move(r).value();
 }
 
-void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks) {
+void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks,
+                         int64_t min_sinks) {
   if (window_given && window < 1) {
     throw UsageError("--window must be >= 1, got " + std::to_string(window) +
                      " (omit --window for the model's context)");
   }
-  if (sinks_given && sinks < 1) {
-    throw UsageError("--sinks must be >= 1, got " + std::to_string(sinks) +
-                     " (--policy window keeps no sinks)");
+  if (sinks_given && sinks < min_sinks) {
+    throw UsageError("--sinks must be >= " + std::to_string(min_sinks) + ", got " +
+                     std::to_string(sinks) +
+                     (min_sinks > 0 ? " (--policy window keeps no sinks)" : ""));
   }
 }
 

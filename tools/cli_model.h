@@ -42,8 +42,10 @@ struct TextCheck {
 TextCheck CheckText(std::string_view bytes);
 
 // The streaming cache's sizes as given on the command line (generate, stream): a --window or
-// --sinks that was given must be >= 1, else UsageError.
-void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks);
+// --sinks that was given must be >= min_sinks (1; 0 for h2o and tova, which may pin none), else
+// UsageError.
+void CheckWindowAndSinks(bool window_given, int64_t window, bool sinks_given, int64_t sinks,
+                         int64_t min_sinks = 1);
 
 // Comma-separated token ids ("1,2,3").
 std::vector<int32_t> ParseTokenList(const std::string& s);

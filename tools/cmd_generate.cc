@@ -42,7 +42,8 @@ void Run(const GenerateOptions& o) {
     throw UsageError("--max-tokens must be >= 1, got " + std::to_string(o.max_tokens));
   }
   if (Status st = ValidateSampler(o.sampler); !st.ok()) throw UsageError(st.message());
-  CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks);
+  CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks,
+                      o.policy == "h2o" || o.policy == "tova" ? 0 : 1);
   auto policy = ParseCachePolicy(o.policy);
   if (!policy.ok()) throw UsageError("--policy: " + policy.status().message());
   if (policy.value() == CachePolicy::kRecompute) {

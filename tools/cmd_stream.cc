@@ -60,7 +60,8 @@ std::string Mib(int64_t bytes) {
 // Usage errors (exit 2), before any work: values out of range, then options that do not apply
 // to the chosen policy.
 void CheckOptions(const StreamOptions& o) {
-  CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks);
+  CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks,
+                      o.policy == "h2o" || o.policy == "tova" ? 0 : 1);
   if (o.max_tokens_opt->count() > 0 && o.max_tokens < 1) {
     throw UsageError("--max-tokens must be >= 1, got " + std::to_string(o.max_tokens) +
                      " (omit --max-tokens for every token)");
