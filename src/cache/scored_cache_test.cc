@@ -28,6 +28,17 @@ ModelConfig TinyGqaRope() {
   return c;
 }
 
+// The Llama-family layout of the same decoder (RMSNorm, SwiGLU, no biases, interleaved RoPE
+// pairs, 4 query heads per KV head): the cache sees only keys, queries and lse, so the policies
+// must not care; tested anyway.
+ModelConfig TinyLlama() {
+  ModelConfig c = TinyGqaRope();
+  c.n_head = 8, c.n_kv_head = 2, c.d_model = 32;
+  c.norm_type = NormType::kRmsNorm, c.mlp_activation = MlpActivation::kSwiGlu;
+  c.bias = false, c.rope_layout = RopeLayout::kGptJ;
+  return c;
+}
+
 class NaiveScoredCache : public KvCache {
  public:
   NaiveScoredCache(const StreamingCacheConfig& sc, const ModelConfig& c)
@@ -183,7 +194,7 @@ struct Budget {
 };
 
 TEST(ScoredKvCache, MatchesANaiveTwinTokenByTokenOverAwkwardBudgets) {
-  const ModelConfig c = TinyGqaRope();
+ for (const ModelConfig& c : {TinyGqaRope(), TinyLlama()}) {
   auto g = Gpt::Create(c);
   ASSERT_TRUE(g.ok());
   Gpt& gpt = *g.value();
@@ -230,6 +241,7 @@ TEST(ScoredKvCache, MatchesANaiveTwinTokenByTokenOverAwkwardBudgets) {
     for (int64_t s = 0; s < b.sinks; ++s) EXPECT_EQ(fast.RetainedTokens(1, 0)[s], s) << what;
    }
   }
+ }
 }
 
 // A prompt in one step: every token attends densely, then the cache evicts down to W - 1.
