@@ -227,12 +227,12 @@ def main():
         # order of the sums' additions; rank 0 alone writes, and its attention view (window 0)
         # is the same bytes.
         a1 = os.path.join(d, "analyze1")
-        run([cli, "--threads", "1", "analyze", "--text", SAMPLE, "--max-tokens", "6000",
+        run([cli, "--threads", "1", "analyze", "--text", SAMPLE,
              "--out", a1])
         r1 = json.load(open(os.path.join(a1, "report.json")))
         for P in (2, 3):
             aP = os.path.join(d, f"analyze{P}")
-            mpi(P, cli, "--threads", "1", "analyze", "--text", SAMPLE, "--max-tokens", "6000",
+            mpi(P, cli, "--threads", "1", "analyze", "--text", SAMPLE,
                 "--out", aP)
             rP = json.load(open(os.path.join(aP, "report.json")))
             worst, other = compare_reports(r1, rP)
