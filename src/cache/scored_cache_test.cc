@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_test_util.h"
 #include "cache/streaming_cache.h"
 #include "model/gpt.h"
 
@@ -179,14 +180,7 @@ class NaiveScoredCache : public KvCache {
   std::vector<double> rot_;
 };
 
-double MaxRelDiff(const float* a, const float* b, int64_t n) {
-  double scale = 1, err = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    scale = std::max(scale, double(std::abs(b[i])));
-    err = std::max(err, double(std::abs(a[i] - b[i])));
-  }
-  return err / scale;
-}
+using testing::MaxRelDiff;
 
 struct Budget {
   CachePolicy policy;

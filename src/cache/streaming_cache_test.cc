@@ -11,6 +11,7 @@
 #include <random>
 
 #include "model/gpt.h"
+#include "cache/cache_test_util.h"
 #include "cache/streaming_cache.h"
 #include "inference/stream_eval.h"
 
@@ -138,14 +139,7 @@ class NaiveSinkCache : public KvCache {
   std::vector<float> rotated_;
 };
 
-double MaxRelDiff(const float* a, const float* b, int64_t n) {
-  double scale = 1, err = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    scale = std::max(scale, double(std::abs(b[i])));
-    err = std::max(err, double(std::abs(a[i] - b[i])));
-  }
-  return err / scale;
-}
+using testing::MaxRelDiff;
 
 // Every step's logits through the ring buffer equal those through the naive list (both modes).
 TEST(StreamingKvCache, SinkPolicyLogitsMatchANaiveListCacheAtEveryStep) {
