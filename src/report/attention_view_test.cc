@@ -35,7 +35,11 @@ std::vector<float> RandomPatterns(std::mt19937& rng, int64_t H, int64_t N) {
 
 std::vector<std::string> Names(int64_t n) {
   std::vector<std::string> t;
-  for (int64_t i = 0; i < n; ++i) t.push_back("t" + std::to_string(i));
+  for (int64_t i = 0; i < n; ++i) {
+    std::string s = "t";
+    s += std::to_string(i);  // (not "t" + ...: GCC 12 -Wrestrict false positive, bug 105329)
+    t.push_back(s);
+  }
   return t;
 }
 
