@@ -152,14 +152,13 @@ void Run(const StreamOptions& o) {
     // The scored ones only where the model allows them (plain softmax attention).
     StreamingCacheConfig probe = so.cache;
     probe.policy = CachePolicy::kTova, probe.n_sink = o.sinks;
-    if (ValidateStreamingConfig(probe, c).ok()) {
+    if (const Status allowed = ValidateStreamingConfig(probe, c); allowed.ok()) {
       for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova}) {
         add(p, 0);
         add(p, o.sinks);
       }
     } else {
-      std::fprintf(stderr, "note: h2o and tova left out: %s\n",
-                   ValidateStreamingConfig(probe, c).message().c_str());
+      std::fprintf(stderr, "note: h2o and tova left out: %s\n", allowed.message().c_str());
     }
   } else {
     const CachePolicy p = ParseCachePolicy(o.policy).value();  // checked in CheckOptions

@@ -1,5 +1,6 @@
 #include "inference/stream_eval.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cctype>
@@ -233,6 +234,22 @@ std::string ShortPhrase(const StreamPairStat& s, double tol) {
   return s.policy + " shows no measurable difference";
 }
 
+// `first` (nulls included, skipped by the callers), then every other result that is not one of
+// them nor a reference (the attention-scored policies), in results' order.
+std::vector<const StreamEvalResult*> Listed(std::vector<const StreamEvalResult*> first,
+                                            const std::vector<StreamEvalResult>& results,
+                                            const StreamEvalResult* ref1,
+                                            const StreamEvalResult* ref2) {
+  std::vector<const StreamEvalResult*> out = first;
+  for (const StreamEvalResult& r : results) {
+    if (&r == ref1 || &r == ref2 || std::find(first.begin(), first.end(), &r) != first.end()) {
+      continue;
+    }
+    out.push_back(&r);
+  }
+  return out;
+}
+
 std::string JoinList(const std::vector<std::string>& items) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -361,13 +378,13 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
     const std::string nums = " (" + ppl + ")";
     std::string t = "Pinning the first " + Int(sinks) + " tokens ";
     if (s.verdict > 0) {
-      t += "helps " + s.reference.substr(0, plus) + ": without them it is " +
+      t += "helps " + bare->policy + ": without them it is " +
            FormatPercent(s.relative) + " worse" + nums;
     } else if (s.verdict < 0) {
-      t += "hurts " + s.reference.substr(0, plus) + ": without them it is " +
+      t += "hurts " + bare->policy + ": without them it is " +
            FormatPercent(s.relative) + " better" + nums;
     } else {
-      t += "makes no measurable difference to " + s.reference.substr(0, plus) + " (" +
+      t += "makes no measurable difference to " + bare->policy + " (" +
            FormatPercent(s.relative) + " apart, within the noise of " +
            FormatPercent(s.noise) + "; " + ppl + ")";
     }
@@ -380,11 +397,7 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
     std::vector<std::string> parts;
     bool all_agree = true;
     double largest = 0;
-    std::vector<const StreamEvalResult*> others = {win, sink, rec};
-    for (const StreamEvalResult& r : results) {  // the scored policies (h2o, tova, ...)
-      if (&r != dense && &r != win && &r != sink && &r != rec) others.push_back(&r);
-    }
-    for (const StreamEvalResult* r : others) {
+    for (const StreamEvalResult* r : Listed({win, sink, rec}, results, dense, rec)) {
       if (!r) continue;
       c.in_context.push_back(Pair(*r, *dense, 0, c.context_end, tolerance));
       const StreamPairStat& s = c.in_context.back();
@@ -424,11 +437,7 @@ StreamComparison CompareStreamPolicies(const std::vector<StreamEvalResult>& resu
   if (c.context_end < c.tokens) {
     if (rec) {
       std::vector<std::string> parts, shorts;
-      std::vector<const StreamEvalResult*> others = {dense, win, sink};
-      for (const StreamEvalResult& r : results) {
-        if (&r != dense && &r != win && &r != sink && &r != rec) others.push_back(&r);
-      }
-      for (const StreamEvalResult* r : others) {
+      for (const StreamEvalResult* r : Listed({dense, win, sink}, results, dense, rec)) {
         if (!r) continue;
         c.beyond_context.push_back(Pair(*r, *rec, c.context_end, c.tokens, tolerance));
         const StreamPairStat& s = c.beyond_context.back();
