@@ -5,6 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "engine/gemm.h"
+#include "engine/kernel_table.h"
+
 namespace attnlab {
 
 int64_t DefaultH2oRecent(const StreamingCacheConfig& sc) {
@@ -25,7 +28,6 @@ ScoredKvCache::ScoredKvCache(const StreamingCacheConfig& sc, const ModelConfig& 
       k_(model.n_layer),
       v_(model.n_layer),
       order_(model.n_layer, std::vector<std::vector<int32_t>>(model.kv_heads())),
-      free_(model.n_layer, std::vector<std::vector<int32_t>>(model.kv_heads())),
       seq_(model.n_layer, std::vector<std::vector<int64_t>>(model.kv_heads())),
       score_(model.n_layer, std::vector<std::vector<double>>(model.kv_heads())) {
   Grow(sc.window);
@@ -44,13 +46,11 @@ void ScoredKvCache::Grow(int64_t slots) {
       *buf = std::move(fresh);
     }
     for (int64_t g = 0; g < H; ++g) {
-      for (int64_t s = slots - 1; s >= cap_; --s) free_[l][g].push_back(static_cast<int32_t>(s));
       seq_[l][g].resize(slots, -1);
       score_[l][g].resize(slots, 0.0);
     }
   }
   k_scratch_.assign(H * slots * hd, 0.0f);
-  v_scratch_.assign(H * slots * hd, 0.0f);
   cap_ = slots;
 }
 
@@ -87,10 +87,15 @@ Status ScoredKvCache::Update(int64_t layer, const float* k_new, const float* v_n
   const int64_t hd = head_dim_, H = kv_heads_;
   float* K = k_[layer].data();
   float* V = v_[layer].data();
+  // The step's tokens join at slots [size, size + T) of every head, in order: the slots
+  // [0, n) are all occupied (EndStep keeps them compact), so the new keys come last and
+  // attention's end-aligned causal mask holds within the step. Attention does not depend on
+  // the order of the older keys (their positions are in the rotation), so they stay where
+  // they are and the values are read in place.
+  const int64_t n = size_ + pending_;
   for (int64_t g = 0; g < H; ++g) {
     for (int64_t t = 0; t < pending_; ++t) {
-      const int32_t slot = free_[layer][g].back();
-      free_[layer][g].pop_back();
+      const int32_t slot = static_cast<int32_t>(size_ + t);
       order_[layer][g].push_back(slot);
       seq_[layer][g][slot] = arrivals_ + t;
       score_[layer][g][slot] = 0.0;
@@ -98,29 +103,23 @@ Status ScoredKvCache::Update(int64_t layer, const float* k_new, const float* v_n
       std::memcpy(V + (g * cap_ + slot) * hd, v_new + t * ld + g * hd, sizeof(float) * hd);
     }
   }
-  // This step's keys and values in each head's logical order; keys rotated to their ranks.
-  const int64_t n = size_ + pending_;
+  // Keys rotated into the scratch, each to its own position (its rank in the head's logical
+  // order for kRank).
   for (int64_t g = 0; g < H; ++g) {
-    const std::vector<int32_t>& ord = order_[layer][g];
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(k_scratch_.data() + (g * cap_ + i) * hd, K + (g * cap_ + ord[i]) * hd,
-                  sizeof(float) * hd);
-      std::memcpy(v_scratch_.data() + (g * cap_ + i) * hd, V + (g * cap_ + ord[i]) * hd,
-                  sizeof(float) * hd);
-    }
+    std::memcpy(k_scratch_.data() + g * cap_ * hd, K + g * cap_ * hd, sizeof(float) * n * hd);
   }
   TensorView4<float> kv;
   kv.data = k_scratch_.data(), kv.size = static_cast<int64_t>(k_scratch_.size());
   kv.stride_token = hd, kv.stride_head = cap_ * hd, kv.stride_batch = H * cap_ * hd;
-  if (rope) {  // each head's keys at its own tokens' positions
-    std::vector<int64_t> pos(n);
+  if (rope) {
+    pos_.resize(n);
     for (int64_t g = 0; g < H; ++g) {
       const std::vector<int32_t>& ord = order_[layer][g];
-      for (int64_t i = 0; i < n; ++i) pos[i] = KeyPosition(i, seq_[layer][g][ord[i]]);
+      for (int64_t i = 0; i < n; ++i) pos_[ord[i]] = KeyPosition(i, seq_[layer][g][ord[i]]);
       TensorView4<float> head = kv;
       head.data = k_scratch_.data() + g * cap_ * hd;
       head.size = cap_ * hd;
-      ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, head, 1, 1, n, pos));
+      ATTNLAB_RETURN_IF_ERROR(RopeForward(*rope, head, 1, 1, n, pos_));
     }
   }
   auto view = [&](const float* base) {
@@ -130,7 +129,7 @@ Status ScoredKvCache::Update(int64_t layer, const float* k_new, const float* v_n
     return a;
   };
   *k_all = view(k_scratch_.data());
-  *v_all = view(v_scratch_.data());
+  *v_all = view(V);
   *len_k = n;
   scratch_layer_ = layer;
   return Status::Ok();
@@ -147,35 +146,42 @@ Status ScoredKvCache::ObserveAttention(int64_t layer, const AttentionParams& par
                             std::to_string(scratch_layer_) + ", " + std::to_string(pending_) +
                             " new tokens)");
   }
+  // P[i, j] = 2^(s2[i, j] - lse_i log2 e) with s2 = scale log2(e) q_i . k_j: one fp32 GEMM per
+  // head for the scores (base 2), the kernels' exp2 for the probabilities, summed over the rows
+  // in fp32 into w[h][j] (H2O: the step's rows; TOVA: the last row, the current query).
+  constexpr double kLog2e = 1.4426950408889634074;
   const double scale = params.scale ? *params.scale : 1.0 / std::sqrt(static_cast<double>(hd));
-  // w[h][j]: H2O sums over the step's rows; TOVA reads the last row (the current query).
-  std::vector<double> w(H * n, 0.0);
-  const int64_t first_row = sc_.policy == CachePolicy::kTova ? T - 1 : 0;
+  const int64_t first_row = sc_.policy == CachePolicy::kTova ? T - 1 : 0, rows = T - first_row;
+  w_.assign(H * n, 0.0f);
+  s2_.resize(rows * n);
+  const internal::RowStatsTable& kern = internal::ActiveKernels().row_stats;
   for (int64_t h = 0; h < H; ++h) {
     const int64_t g = h / group;
-    for (int64_t i = first_row; i < T; ++i) {
-      const float* qi = q.at(0, h, i);
-      const double l = lse[h * T + i];
-      const int64_t visible = n - T + i + 1;  // causal within the step
-      for (int64_t j = 0; j < visible; ++j) {
-        const float* kj = k_scratch_.data() + (g * cap_ + j) * hd;
-        double dot = 0;
-        for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qi[d]) * kj[d];
-        w[h * n + j] += std::exp(scale * dot - l);
-      }
+    internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, rows, n, hd,
+                    static_cast<float>(scale * kLog2e), q.at(0, h, first_row), q.stride_token,
+                    k_scratch_.data() + g * cap_ * hd, hd, 0.0f, s2_.data(), n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = first_row + r, visible = n - T + i + 1;  // causal within the step
+      kern.exp2_accumulate(s2_.data() + r * n, visible, static_cast<float>(lse[h * T + i] * kLog2e),
+                           w_.data() + h * n);
     }
   }
-  for (int64_t g = 0; g < Hkv; ++g) {
-    const std::vector<int32_t>& ord = order_[layer][g];
+  if (sc_.policy == CachePolicy::kTova) {  // the mean over every head of the layer
+    mean_.assign(n, 0.0);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t j = 0; j < n; ++j) mean_[j] += w_[h * n + j];
+    }
+    for (double& m : mean_) m /= static_cast<double>(H);
+  }
+  for (int64_t g = 0; g < Hkv; ++g) {  // attention's key j is slot j
     std::vector<double>& sc = score_[layer][g];
     for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
       if (sc_.policy == CachePolicy::kTova) {
-        for (int64_t h = 0; h < H; ++h) s += w[h * n + j];  // every head of the layer
-        sc[ord[j]] = s / static_cast<double>(H);
-      } else {
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) s += w[h * n + j];
-        sc[ord[j]] += s;
+        sc[j] = mean_[j];
+      } else {  // H2O: the group's query heads add up
+        double s = 0;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) s += w_[h * n + j];
+        sc[j] += s;
       }
     }
   }
@@ -206,11 +212,20 @@ void ScoredKvCache::EndStep() {
       for (int64_t g = 0; g < kv_heads_; ++g) {
         const int64_t i = shared >= 0 ? shared : Victim(l, g, len);
         std::vector<int32_t>& ord = order_[l][g];
-        const int32_t slot = ord[i];
-        seq_[l][g][slot] = -1;
-        score_[l][g][slot] = 0.0;
-        free_[l][g].push_back(slot);
+        const int32_t slot = ord[i], last = static_cast<int32_t>(len - 1);
         ord.erase(ord.begin() + i);
+        if (slot != last) {  // the last slot moves into the hole: slots stay compact
+          const int64_t hd = head_dim_;
+          float* K = k_[l].data() + g * cap_ * hd;
+          float* V = v_[l].data() + g * cap_ * hd;
+          std::memcpy(K + slot * hd, K + last * hd, sizeof(float) * hd);
+          std::memcpy(V + slot * hd, V + last * hd, sizeof(float) * hd);
+          seq_[l][g][slot] = seq_[l][g][last];
+          score_[l][g][slot] = score_[l][g][last];
+          *std::find(ord.begin(), ord.end(), last) = slot;
+        }
+        seq_[l][g][last] = -1;
+        score_[l][g][last] = 0.0;
       }
     }
   }
@@ -224,7 +239,7 @@ int64_t ScoredKvCache::bytes() const {
   int64_t b = 0;
   for (const auto& x : k_) b += static_cast<int64_t>(x.size()) * 4;
   for (const auto& x : v_) b += static_cast<int64_t>(x.size()) * 4;
-  b += static_cast<int64_t>(k_scratch_.size() + v_scratch_.size()) * 4;
+  b += static_cast<int64_t>(k_scratch_.size()) * 4;
   // Scores and arrival numbers: 16 bytes per slot and head.
   return b + n_layer_ * kv_heads_ * cap_ * 16;
 }

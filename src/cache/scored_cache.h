@@ -94,14 +94,20 @@ class ScoredKvCache : public KvCache {
   int64_t size_ = 0, pending_ = 0, arrivals_ = 0, evictions_ = 0;
   // Per layer: keys (unrotated) and values, [kv_heads][cap][head_dim].
   std::vector<std::vector<float>> k_, v_;
-  // Per layer and head: slots in logical order, free slots, each slot's arrival and score.
-  std::vector<std::vector<std::vector<int32_t>>> order_, free_;
+  // Per layer and head: the occupied slots [0, size) in logical order (oldest first), each
+  // slot's arrival and score.
+  std::vector<std::vector<std::vector<int32_t>>> order_;
   std::vector<std::vector<std::vector<int64_t>>> seq_;
   std::vector<std::vector<std::vector<double>>> score_;
-  // Per layer: this step's rotated keys and values in logical order, [kv_heads][cap][head_dim],
-  // kept until ObserveAttention has read the keys.
-  std::vector<float> k_scratch_, v_scratch_;
+  // This step's rotated keys of one layer in slot order, [kv_heads][cap][head_dim], kept until
+  // ObserveAttention has read them; the positions of the slots being rotated.
+  std::vector<float> k_scratch_;
+  std::vector<int64_t> pos_;
   int64_t scratch_layer_ = -1;
+  // ObserveAttention's buffers: base-2 scores [rows][n] of one head, fp32 probability sums
+  // [n_head][n].
+  std::vector<float> s2_, w_;
+  std::vector<double> mean_;  // TOVA: the heads' mean per key
 };
 
 // The bounded caches by policy: StreamingKvCache (window, sink) or ScoredKvCache (h2o, tova).

@@ -20,7 +20,7 @@ namespace {
                   &ns::WidenRows,         OpsTable{}, RowStatsTable{}, GramTable{}};   \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
     t.row_stats = {&ns::RowMax, &ns::RowArgMax, &ns::SoftmaxRowSums,                   \
-                   &ns::SigmoidRowSums, &ns::JsDistance};                              \
+                   &ns::SigmoidRowSums, &ns::JsDistance, &ns::Exp2Accumulate};         \
     t.gram = {&ns::GramColumns, &ns::GramLowerColumns};                                \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \

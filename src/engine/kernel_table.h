@@ -144,6 +144,9 @@ struct OpsTable {
 //   js_distance   the normalised Jensen-Shannon distance sqrt(JSD / ln 2) of two rows q1, q2
 //                 over n keys (n a multiple of kJsPad; zero-padded), l1, l2 their natural logs
 //                 (any finite value where q = 0)
+//   exp2_accumulate  acc[j] += 2^(t[j] - shift2) for j in [0, n), any n >= 0 (t = -inf adds 0,
+//                 NaN propagates): attention probabilities from base-2 scores and a known lse,
+//                 summed over rows (the scored KV caches, cache/scored_cache.cc)
 // fp32 lanes flushed into double every 256 keys; JSD in double lanes.
 struct RowSumsD {
   double s0 = 0, s1 = 0, s2 = 0;
@@ -156,6 +159,7 @@ struct RowStatsTable {
   RowSumsD (*sigmoid_row_sums)(const float* t, int64_t ld, float b2, int64_t dist0);
   double (*js_distance)(const double* q1, const double* l1, const double* q2, const double* l2,
                         int64_t n);
+  void (*exp2_accumulate)(const float* t, int64_t n, float shift2, float* acc);
 };
 
 // ---- The lower triangle of a Gram matrix in double (gram_kernel.cc; the representation
@@ -212,6 +216,7 @@ const KernelTable& ActiveKernels();
   internal::RowSumsD SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0);     \
   double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,   \
                     int64_t n);                                                               \
+  void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc);                   \
   int64_t GramColumns();                                                                      \
   void GramLowerColumns(const double* x, int64_t rows, int64_t ldx, int64_t n, int64_t b0,    \
                         double* g, int64_t ldg);                                              \

@@ -163,6 +163,20 @@ double JsDistance(const double* q1, const double* l1, const double* q2, const do
   return std::sqrt(std::max(0.0, 0.5 * sum) / kLn2);
 }
 
+void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc) {
+  const VecF sv = simd::Set1(shift2);
+  int64_t j = 0;
+  for (; j + simd::kLanes <= n; j += simd::kLanes) {
+    simd::Store(acc + j, simd::Load(acc + j) + simd::Exp2(simd::Load(t + j) - sv));
+  }
+  if (j == n) return;
+  float tail[simd::kLanes], sum[simd::kLanes];  // the last n - j < kLanes keys, -inf padded
+  for (int l = 0; l < simd::kLanes; ++l) tail[l] = kNegInf, sum[l] = 0.0f;
+  std::memcpy(tail, t + j, sizeof(float) * (n - j));
+  std::memcpy(sum, acc + j, sizeof(float) * (n - j));
+  simd::Store(sum, simd::Load(sum) + simd::Exp2(simd::Load(tail) - sv));
+  std::memcpy(acc + j, sum, sizeof(float) * (n - j));
+}
 
 }  // namespace attnlab::ATTNLAB_TARGET_NS
 ATTNLAB_TARGET_END

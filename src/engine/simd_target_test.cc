@@ -200,6 +200,37 @@ TEST(SimdTarget, EveryTargetComputesTheSameRowStatistics) {
   }
 }
 
+// exp2_accumulate: every target against std::exp2 in double over awkward lengths (empty, below
+// one vector, a tail, several vectors), with -inf (adds 0), very negative scores (underflow to
+// 0) and a NaN (poisons its own key only); keys past n are untouched.
+TEST(SimdTarget, EveryTargetAccumulatesExp2) {
+  ScopedTarget restore;
+  std::mt19937 rng(10);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int64_t n : {0, 1, 5, 16, 23, 100}) {
+    std::vector<float> t(n + 3);
+    for (float& x : t) x = nd(rng);
+    if (n > 2) t[1] = -INFINITY, t[2] = -300.0f;
+    if (n > 4) t[4] = NAN;
+    const float shift2 = 1.25f;
+    for (SimdTarget target : AvailableSimdTargets()) {
+      ASSERT_TRUE(SetSimdTarget(target).ok());
+      std::vector<float> acc(n + 3, 0.5f);
+      internal::ActiveKernels().row_stats.exp2_accumulate(t.data(), n, shift2, acc.data());
+      const std::string what = std::string(SimdTargetName(target)) + " n " + std::to_string(n);
+      for (int64_t j = 0; j < n; ++j) {
+        if (std::isnan(t[j])) {
+          EXPECT_TRUE(std::isnan(acc[j])) << what;
+          continue;
+        }
+        const double want = 0.5 + std::exp2(static_cast<double>(t[j]) - shift2);
+        EXPECT_NEAR(acc[j], want, 4e-7 * want) << what << " key " << j;
+      }
+      for (int64_t j = n; j < n + 3; ++j) EXPECT_EQ(acc[j], 0.5f) << what;
+    }
+  }
+}
+
 // The Gram kernel (GramTable): every target's lower triangle equals the plain triple loop
 // exactly on small integers (every product and partial sum is exact in double), for awkward
 // widths (one column, below and past a tile, past 16) and row counts.
