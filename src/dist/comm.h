@@ -127,8 +127,8 @@ void FinalizeWorld();
 // Whether this build can run distributed (compiled with MPI), for --version and the docs.
 bool BuiltWithMpi();
 
-// Multi-rank behaviour is tested under mpirun: the *_mpi_test.cc files (attnlab_mpi_tests, run
-// by ctest through scripts/mpirun_local.sh) and tests/distributed_cli_test.py.
+// Multi-rank behaviour is tested under mpirun: tests/dist_comm_check.cc and dist_ring_check.cc
+// (ctest mpi.*) and tests/distributed_cli_test.py.
 
 }  // namespace attnlab::dist
 
