@@ -92,7 +92,7 @@ def check_in_chromium(out):
     chromium = rc.find_chromium()
     url = "file://" + os.path.join(out, "report.html")
     dom = rc.run_chromium(chromium, out, ["--dump-dom"], url).decode("utf-8", "replace")
-    for sid in ("summary", "sinks", "collapse", "heads", "massive", "maps", "run"):
+    for sid in ("summary", "sinks", "classes", "collapse", "heads", "massive", "maps", "run"):
         if f'id="{sid}"' not in dom:
             sys.exit(f"FAIL: Chromium's DOM lacks section {sid!r}")
     shot = os.path.join(out, "shot.png")
@@ -161,6 +161,39 @@ def check_attention_view(cli, ck, out, rep):
         sys.exit("FAIL: --view-tokens 0 still wrote a view")
 
 
+def check_token_classes(out, rep):
+    """Attention by token class on the planted heads: the sink head gives its attention to the
+    first position (ratio >> 1), the period head to the text's only delimiter ("." at
+    PERIOD_POS), and the near-uniform heads give each class about its uniform share."""
+    names = rep["token_classes"]["classes"]
+    if not rep["token_classes"]["computed"]:
+        sys.exit("FAIL: token classes not computed")
+    def ratio(layer, head, cls):
+        return rep["layers"][layer]["token_classes"]["ratio"][head][names.index(cls)]
+    def mass(layer, head, cls):
+        return rep["layers"][layer]["token_classes"]["mass"][head][names.index(cls)]
+    # The sink head: everything on position 0 (one of the `first` 4: ratio 1 / their uniform
+    # share, > 3 here); the period head: every row from PERIOD_POS on reads the "."
+    if mass(SINK_LAYER, SINK_HEAD, "first") < 0.99 or ratio(SINK_LAYER, SINK_HEAD, "first") < 3:
+        sys.exit(f"FAIL: the sink head's first-position mass {mass(SINK_LAYER, SINK_HEAD, 'first')}, "
+                 f"ratio {ratio(SINK_LAYER, SINK_HEAD, 'first')}")
+    if mass(PERIOD_LAYER, PERIOD_HEAD, "delimiter") < 0.8 or ratio(PERIOD_LAYER, PERIOD_HEAD, "delimiter") < 5:
+        sys.exit(f"FAIL: the period head's delimiter mass {mass(PERIOD_LAYER, PERIOD_HEAD, 'delimiter')}, "
+                 f"ratio {ratio(PERIOD_LAYER, PERIOD_HEAD, 'delimiter')}")
+    others = [ratio(0, h, c) for h in range(rep["model"]["n_head"]) if h != PERIOD_HEAD
+              for c in ("delimiter", "first", "whitespace")]
+    if not all(0.8 < x < 1.25 for x in others):
+        sys.exit(f"FAIL: near-uniform heads should give classes their uniform share: {others}")
+    rows = open(os.path.join(out, "token_classes.csv")).read().splitlines()
+    want = 1 + rep["model"]["n_layer"] * rep["model"]["n_head"] * len(names)
+    if rows[0] != "layer,head,class,mass,uniform,ratio" or len(rows) != want:
+        sys.exit(f"FAIL: token_classes.csv has {len(rows)} lines, want {want}")
+    print(f"ok: token classes: sink head first-position ratio {ratio(SINK_LAYER, SINK_HEAD, 'first'):.1f}, "
+          f"period head delimiter ratio {ratio(PERIOD_LAYER, PERIOD_HEAD, 'delimiter'):.1f} "
+          f"(mass {mass(PERIOD_LAYER, PERIOD_HEAD, 'delimiter'):.3f}), "
+          f"other layer-0 heads {min(others):.2f}-{max(others):.2f}")
+
+
 def run(cli, args, expect_ok=True, needle=None):
     p = subprocess.run([cli] + args, capture_output=True, text=True, errors="replace")
     if (p.returncode == 0) != expect_ok:
@@ -182,7 +215,11 @@ def main():
         text = os.path.join(d, "text.txt")
         rng = np.random.default_rng(1)
         words = "the jury said it did find that many of the laws are outmoded".split()
-        open(text, "w").write("jury. " + " ".join(rng.choice(words, 600)))
+        # Windows of T tokens (one byte each) that all start "jury. ": the text's only
+        # delimiter, the "." at PERIOD_POS, is then in every window.
+        body, T = " ".join(rng.choice(words, 600)), 64  # T: make_model's context
+        open(text, "w").write("".join("jury. " + body[i * (T - 6):(i + 1) * (T - 6)]
+                                      for i in range(len(body) // (T - 6))))
         out = os.path.join(d, "report")
         run(cli, ["analyze", "--model", ck, "--tokenizer", "byte", "--text", text, "--out", out,
                   "--plot-heads", f"{SINK_LAYER}.{SINK_HEAD},0.0"])
@@ -220,6 +257,7 @@ def main():
             sys.exit("FAIL: report.html's summary does not say where the sinks sit")
         print(f"ok: sinks sit on key 0 ('j') and key {PERIOD_POS} ('.'), "
               f"excess {head['sink_key_excess']:.3f} and {ph['sink_key_excess']:.3f}")
+        check_token_classes(out, rep)
         check_in_chromium(out)
         check_attention_view(cli, ck, out, rep)
 

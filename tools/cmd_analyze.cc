@@ -5,6 +5,7 @@
 //                   [--max-tokens N] [--plot-heads L.H,L.H] [--plot-max 512] [--eps 0.3]
 //
 // Writes DIR/report.json (schema: docs/ANALYZE.md), DIR/heads.csv (one row per layer x head),
+// DIR/token_classes.csv (layer x head x token class: attention received against uniform),
 // DIR/layers.csv (one row per depth) and DIR/report.html (self-contained, plots inline), then
 // prints the answer, the time and the peak memory.
 #include <charconv>
@@ -35,6 +36,7 @@ struct AnalyzeOptions {
   std::string model, tokenizer, text, prompt, out = "analysis", plot_heads;
   int64_t window = 0, max_tokens = 0, plot_max = 512;
   int64_t view_tokens = 256, view_top_k = 8;  // the attention view (0 tokens: none)
+  int64_t class_rows = 512, class_recent = 4;  // attention by token class (0 rows: none)
   double eps = 0.3;
   std::string stream_budget = "auto";  // MiB, or auto: a quarter of the weights, at least 128
   bool json = false;
@@ -229,6 +231,63 @@ void AddAttentionViewSection(const nlohmann::json& v, const AnalysisResult& r,
       "--view-tokens 0: no view).");
 }
 
+// Who draws attention, by token class: the mean over heads of each class's ratio (a table)
+// and every head's log2 ratio (a heatmap: rows the classes, columns layer.head).
+void AddTokenClassSection(const AnalysisResult& r, const AnalysisOptions& ao,
+                          report::HtmlReport& html) {
+  html.AddSection("classes", "Who draws attention");
+  if (!r.token_classes) {
+    html.AddParagraph("Attention by token class was not computed: " + r.token_classes_note + ".");
+    return;
+  }
+  const int64_t L = r.config.n_layer, H = r.config.n_head;
+  html.AddParagraph(
+      "The attention each class of keys receives (mean over up to " +
+      std::to_string(ao.class_rows) + " sampled query rows per window and layer) divided by "
+      "what uniform attention over the same visible keys would give it: 1 means as uniform, 2 "
+      "twice as much. first: the first " + std::to_string(ao.first_k) + " positions; recent: "
+      "the last " + std::to_string(ao.class_recent) + " positions up to the query; delimiter: "
+      "punctuation-only tokens; special: BOS and the tokenizer's specials; freq_d1: the most "
+      "frequent tokens of this text (the first 10% of its occurrences) .. freq_d10 the rarest. "
+      "token_classes.csv has every number.");
+  report::Heatmap hm;
+  hm.title = "log2(attention received / uniform share)";
+  hm.rows = kNumTokenClasses, hm.cols = L * H;
+  hm.x_label = "layer.head", hm.y_label = "token class", hm.value_label = "log2 ratio";
+  hm.color_map = report::ColorMap::kBlueOrange;
+  for (int c = 0; c < kNumTokenClasses; ++c) hm.row_labels.push_back(TokenClassName(c));
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) hm.col_labels.push_back(std::to_string(l) + "." + std::to_string(h));
+  }
+  hm.values.assign(hm.rows * hm.cols, NAN);
+  std::vector<std::vector<std::string>> rows;
+  double span = 0;
+  for (int c = 0; c < kNumTokenClasses; ++c) {
+    double mean = 0, n = 0, top = 0;
+    std::string top_at = "-";
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t h = 0; h < H; ++h) {
+        const double m = r.layers[l].token_classes.mass[h][c];
+        const double u = r.layers[l].token_classes.uniform[h][c];
+        if (!(u > 0) || !std::isfinite(m)) continue;
+        const double q = m / u;
+        hm.values[c * hm.cols + l * H + h] = q > 0 ? std::log2(q) : NAN;
+        mean += q, n += 1;
+        if (q > 0) span = std::max(span, std::abs(std::log2(q)));
+        if (q > top) top = q, top_at = hm.col_labels[l * H + h];
+      }
+    }
+    rows.push_back({TokenClassName(c), n > 0 ? Fmt(mean / n, "%.2f") : "n/a",
+                    n > 0 ? Fmt(top, "%.2f") : "n/a", top_at});
+  }
+  span = std::clamp(span, 1.0, 8.0);
+  hm.value_min = -span, hm.value_max = span;  // centred: blue under-, orange over-attended
+  html.AddTable({"class", "mean ratio over heads", "largest ratio", "at head (layer.head)"}, rows,
+                "Attention received / uniform share, by token class.");
+  html.AddFigure(report::RenderHeatmap(hm),
+                 "Every head's ratio on a log2 scale (0: as uniform; blue: less, orange: more).");
+}
+
 void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& text_name,
                  const AnalysisResult& r, const AnalysisOptions& ao,
                  const report::AttentionViewBuilder* view) {
@@ -288,6 +347,21 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   add_depth(0, r.embedding, nullptr);
   for (int64_t l = 0; l < L; ++l) add_depth(l + 1, r.layers[l].output, &r.layers[l].extreme);
   Check(layers.WriteTo(o.out + "/layers.csv"));
+  if (r.token_classes) {
+    report::CsvWriter cls({"layer", "head", "class", "mass", "uniform", "ratio"});
+    for (int64_t l = 0; l < L; ++l) {
+      const TokenClassStats& t = r.layers[l].token_classes;
+      for (int64_t h = 0; h < static_cast<int64_t>(t.mass.size()); ++h) {
+        for (int c = 0; c < kNumTokenClasses; ++c) {
+          const double u = t.uniform[h][c];
+          cls.AddRow({std::to_string(l), std::to_string(h), TokenClassName(c),
+                      Fmt(t.mass[h][c], "%.6g"), Fmt(u, "%.6g"),
+                      u > 0 ? Fmt(t.mass[h][c] / u, "%.6g") : std::string("nan")});
+        }
+      }
+    }
+    Check(cls.WriteTo(o.out + "/token_classes.csv"));
+  }
 
   // The answer at a glance (the verdict's wording lives with its rule, in analysis.cc).
   const double last_mean = MeanLastKey0(r), uniform = MeanLastUniform(r);
@@ -408,6 +482,7 @@ void WriteReport(const AnalyzeOptions& o, const CliModel& m, const std::string& 
   }
 
   AddAttentionViewSection(j["attention_view"], r, html);
+  AddTokenClassSection(r, ao, html);
   html.AddSection("collapse", "Collapse with depth");
   html.AddParagraph(collapse_text);
   {
@@ -587,6 +662,19 @@ void Run(const AnalyzeOptions& o) {
   }
   std::optional<report::AttentionViewBuilder> view;
   ao.view_tokens = o.view_tokens;
+  ao.classes = o.class_rows > 0;
+  ao.class_rows = std::max<int64_t>(1, o.class_rows);
+  ao.class_recent = o.class_recent;
+  if (ao.classes) {  // each id's text classes, decoded once; the specials
+    ao.token_classes.assign(m.tokenizer->vocab_size(), 0);
+    for (int32_t id = 0; id < m.tokenizer->vocab_size(); ++id) {
+      auto t = m.tokenizer->TokenBytes(id);
+      if (t.ok()) ao.token_classes[id] = TokenTextClasses(t.value());
+    }
+    for (const SpecialToken& sp : m.tokenizer->special_tokens()) {
+      if (sp.id >= 0 && sp.id < m.tokenizer->vocab_size()) ao.token_classes[sp.id] = 1u << kClassSpecial;
+    }
+  }
   ao.view_layer = [&](int64_t l, std::span<const int32_t> ids, std::span<const float> probs) {
     if (!view) {
       std::vector<std::string> texts;
@@ -641,6 +729,13 @@ void RegisterAnalyzeCommand(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{2048}));
   cmd->add_option("--view-top-k", o->view_top_k, "strongest keys per query kept in the view (8)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--class-rows", o->class_rows,
+                  "query rows sampled per window and layer for attention by token class "
+                  "(512; 0: not computed)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_option("--class-recent", o->class_recent,
+                  "positions up to the query that count as recent (4)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--eps", o->eps, "sink threshold on alpha_1's excess over uniform attention (0.3, Gu et al.)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->callback([o] { Run(*o); });

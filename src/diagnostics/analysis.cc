@@ -27,8 +27,9 @@ class WindowObserver : public ForwardObserver {
   // with stats, feeds every layer's rows to the attention statistics.
   WindowObserver(const ModelConfig& c, std::vector<AttentionStatsAccumulator>* stats,
                  int64_t window_len, int64_t l0, int64_t l1,
-                 std::vector<GateStatsAccumulator>* gates = nullptr)
-      : c_(c), stats_(stats), gates_(gates), l0_(l0), l1_(l1) {
+                 std::vector<GateStatsAccumulator>* gates = nullptr,
+                 std::vector<TokenClassAccumulator>* classes = nullptr)
+      : c_(c), stats_(stats), gates_(gates), classes_(classes), l0_(l0), l1_(l1) {
     const int64_t L = c.n_layer, C = c.d_model, A = c.n_head * c.head_dim();
     res_.assign(L, {});
     att_.assign(L, {});
@@ -70,6 +71,16 @@ class WindowObserver : public ForwardObserver {
       }
     }
     if (status_.ok() && gates_ && t.gate) status_ = (*gates_)[t.layer].Add(t.gate, t.len);
+    if (status_.ok() && classes_) {  // attention by token class, on sampled rows
+      if (!TokenClassAccumulator::Supports(*t.attention)) {
+        classes_unsupported_ = true;
+      } else {
+        const std::span<const float> extra =
+            t.key_bias_logits ? std::span<const float>(t.key_bias_logits, H * t.len)
+                              : std::span<const float>();
+        status_ = (*classes_)[t.layer].AddRows(*t.attention, t.qkv, Q, t.len, t.k_all, t.len_k, extra);
+      }
+    }
     k_all_[t.layer] = t.k_all;
     v_all_[t.layer] = t.v_all;
     len_k_[t.layer] = t.len_k;
@@ -103,6 +114,8 @@ class WindowObserver : public ForwardObserver {
   ModelConfig c_;
   std::vector<AttentionStatsAccumulator>* stats_;  // null: statistics gathered elsewhere
   std::vector<GateStatsAccumulator>* gates_;       // null: no gate, or gathered elsewhere
+  std::vector<TokenClassAccumulator>* classes_;    // null: not computed
+  bool classes_unsupported_ = false;               // a layer's softmax has no distribution
   int64_t l0_, l1_;
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
@@ -318,6 +331,24 @@ int64_t LayersPerPass(const ModelConfig& c, int64_t T, int64_t budget) {
   return std::clamp<int64_t>(budget / std::max<int64_t>(1, per_layer), 1, c.n_layer);
 }
 
+// Key j's class bits for a window's sequence (BOS first if any): a dedicated sink token is
+// key 0 and special, the BOS special, every token its text bits and frequency decile.
+std::vector<uint32_t> WindowKeyClasses(const ModelConfig& c, const AnalysisOptions& o,
+                                       const std::vector<int32_t>& seq,
+                                       const std::vector<uint32_t>& deciles) {
+  std::vector<uint32_t> out;
+  if (c.sink_token) out.push_back(1u << kClassSpecial);
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const int32_t id = seq[i];
+    uint32_t bits = 0;
+    if (id >= 0 && id < static_cast<int32_t>(o.token_classes.size())) bits |= o.token_classes[id];
+    if (id >= 0 && id < static_cast<int32_t>(deciles.size())) bits |= deciles[id];
+    if (i == 0 && o.bos >= 0) bits = 1u << kClassSpecial;
+    out.push_back(bits);
+  }
+  return out;
+}
+
 int64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -358,6 +389,19 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     ATTNLAB_ASSIGN_OR_RETURN(auto acc, GateStatsAccumulator::Create(H, c.gate_dim()));
     gates.push_back(std::move(acc));
   }
+  // Attention by token class: one accumulator per layer; the keys' classes per window.
+  std::vector<TokenClassAccumulator> classes;
+  std::vector<uint32_t> deciles;
+  if (o.classes) {
+    TokenClassOptions co;
+    co.first_k = o.first_k, co.recent = o.class_recent, co.rows_per_window = o.class_rows;
+    for (int64_t l = 0; l < L; ++l) {
+      ATTNLAB_ASSIGN_OR_RETURN(auto acc, TokenClassAccumulator::Create(co, H, c.kv_heads(), hd));
+      classes.push_back(std::move(acc));
+    }
+    deciles = FrequencyDecileClasses(tokens, c.vocab_size);
+  }
+  bool classes_unsupported = false;
   AnalysisResult r;
   r.config = c;
   r.text_tokens = static_cast<int64_t>(tokens.size());
@@ -402,7 +446,11 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto [l0, l1] = groups[g];
       const auto tp = std::chrono::steady_clock::now();
-      WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr);
+      WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr,
+                         o.classes ? &classes : nullptr);
+      for (int64_t l = l0; l < l1 && o.classes; ++l) {
+        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(WindowKeyClasses(c, o, seq, deciles)));
+      }
       DenseKvCache cache(L, c.kv_heads(), hd);
       ATTNLAB_RETURN_IF_ERROR(cache.HoldLayers(l0, l1));
       cache.Reserve(T + (c.sink_token ? 1 : 0));
@@ -410,6 +458,8 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       ATTNLAB_RETURN_IF_ERROR(
           RunSequence(model, seq, o.chunk, &cache, &obs, l0, l1, handoff, &prof));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
+      for (int64_t l = l0; l < l1 && o.classes; ++l) classes[l].EndWindow();
+      classes_unsupported = classes_unsupported || obs.classes_unsupported_;
       const auto tm = std::chrono::steady_clock::now();
       ATTNLAB_RETURN_IF_ERROR(LayerMetrics(c, o, ro, obs, l0, l1, T, w, &r));
       const double metrics_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tm).count();
@@ -450,12 +500,25 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     }
   }
 
+  if (o.comm && o.classes) {
+    std::vector<int64_t> flag{classes_unsupported ? 1 : 0};
+    ATTNLAB_RETURN_IF_ERROR(o.comm->AllReduceSum(std::span<int64_t>(flag), "token classes' support"));
+    classes_unsupported = flag[0] > 0;
+    for (int64_t l = 0; l < L; ++l) {
+      ATTNLAB_RETURN_IF_ERROR(classes[l].AllReduce(*o.comm, "token classes, layer " + std::to_string(l)));
+    }
+  }
   if (o.comm) {
     ATTNLAB_RETURN_IF_ERROR(MergeAnalysisRanks(*o.comm, c, windows_run, ro.massive.top_k, stats,
                                                gates, r));
   }
   r.windows = n_windows;
   r.ranks = ranks;
+  r.token_classes = o.classes && !classes_unsupported;
+  r.token_classes_note = !o.classes ? "not asked for"
+                         : classes_unsupported ? "the model's attention weights are not a softmax "
+                                                 "distribution (sigmoid or softpick)"
+                                               : "";
   // The maps are reported by layer.
   std::stable_sort(r.maps.begin(), r.maps.end(),
                    [](const AttentionMap& x, const AttentionMap& y) { return x.layer < y.layer; });
@@ -468,6 +531,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       g.key_norm_ratio /= n_windows, g.cos_key0 /= n_windows, g.cos_key_other /= n_windows;
     }
     la.attention = stats[l].Finish();
+    if (o.classes && !classes_unsupported) la.token_classes = classes[l].Finish();
     ExtremeTokens& x = la.extreme;
     if (x.windows > 0) {
       const double n = static_cast<double>(x.windows);
@@ -724,6 +788,35 @@ static nlohmann::json ExtremeJson(const ExtremeTokens& x) {
           {"value_drain", Vec(x.value_drain)}};
 }
 
+namespace {
+
+nlohmann::json TokenClassNames() {
+  nlohmann::json names = nlohmann::json::array();
+  for (int c = 0; c < kNumTokenClasses; ++c) names.push_back(TokenClassName(c));
+  return names;
+}
+
+// One layer's attention by token class: per head, per class (in TokenClassNames' order) the mass,
+// the uniform share and their ratio; null when not computed.
+nlohmann::json TokenClassesJson(const TokenClassStats& t, bool computed) {
+  if (!computed || t.mass.empty()) return nullptr;
+  nlohmann::json mass = nlohmann::json::array(), uni = nlohmann::json::array(),
+                 ratio = nlohmann::json::array();
+  for (size_t h = 0; h < t.mass.size(); ++h) {
+    nlohmann::json m = nlohmann::json::array(), u = nlohmann::json::array(), q = nlohmann::json::array();
+    for (int c = 0; c < kNumTokenClasses; ++c) {
+      m.push_back(JsonNumber(t.mass[h][c]));
+      u.push_back(JsonNumber(t.uniform[h][c]));
+      q.push_back(t.uniform[h][c] > 0 ? JsonNumber(t.mass[h][c] / t.uniform[h][c])
+                                      : nlohmann::json(nullptr));
+    }
+    mass.push_back(m), uni.push_back(u), ratio.push_back(q);
+  }
+  return {{"rows", t.rows}, {"mass", mass}, {"uniform", uni}, {"ratio", ratio}};
+}
+
+}  // namespace
+
 nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o) {
   const ModelConfig& c = r.config;
   nlohmann::json layers = nlohmann::json::array();
@@ -774,6 +867,7 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                       {"jsd_sample_rows", la.attention.jsd_sample_rows},
                       {"head_cka", Vec(la.head_cka)},
                       {"extreme_tokens", ExtremeJson(la.extreme)},
+                      {"token_classes", TokenClassesJson(la.token_classes, r.token_classes)},
                       {"output", StreamJson(la.output)}});
   }
   nlohmann::json sink_heads = nlohmann::json::array();
@@ -803,6 +897,15 @@ nlohmann::json AnalysisToJson(const AnalysisResult& r, const AnalysisOptions& o)
                      {"sink_rate", sink_rates},
                      {"sink_heads", sink_heads},
                      {"sink_keys", SinkKeysJson(r, o)}}},
+          {"token_classes", {{"computed", r.token_classes},
+                             {"note", r.token_classes_note},
+                             {"classes", TokenClassNames()},
+                             {"first_k", o.first_k},
+                             {"recent", o.class_recent},
+                             {"rows_per_window", o.class_rows},
+                             {"rule", "mass = mean over sampled rows of the attention the class "
+                                      "receives; uniform = its share of each row's visible keys; "
+                                      "ratio = mass / uniform"}}},
           {"embedding", StreamJson(r.embedding)},
           {"layers", layers},
           {"run", {{"seconds", r.seconds},

@@ -25,6 +25,7 @@
 #include "diagnostics/extreme_tokens.h"
 #include "diagnostics/gate_stats.h"
 #include "diagnostics/representation_metrics.h"
+#include "diagnostics/token_class_attention.h"
 #include "dist/comm.h"
 #include "model/gpt.h"
 
@@ -70,6 +71,14 @@ struct AnalysisOptions {
   dist::Comm* comm = nullptr;
   std::function<Status(int64_t layer, std::span<const int32_t> ids, std::span<const float> probs)>
       view_layer;
+  // Attention by token class (token_class_attention.h): per token id, its text and special class
+  // bits (TokenTextClasses, 1 << kClassSpecial for the tokenizer's specials; the caller decodes;
+  // ids past the end have none); the BOS and a dedicated sink token are special, the frequency
+  // deciles come from the analysed tokens. first_k above is the first-positions class.
+  std::vector<uint32_t> token_classes;
+  bool classes = true;             // false: not computed
+  int64_t class_recent = 4;
+  int64_t class_rows = 512;        // sampled query rows per window and layer
 };
 
 

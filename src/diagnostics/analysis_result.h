@@ -6,6 +6,7 @@
 #define ATTNLAB_DIAGNOSTICS_ANALYSIS_RESULT_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "diagnostics/extreme_tokens.h"
 #include "diagnostics/gate_stats.h"
 #include "diagnostics/representation_metrics.h"
+#include "diagnostics/token_class_attention.h"
 
 namespace attnlab {
 
@@ -53,6 +55,7 @@ struct LayerAnalysis {
   std::vector<HeadGeometry> geometry;  // [H]
   std::vector<GateHeadStats> gate;     // [H] the output gate's values; empty without a gate
   ExtremeTokens extreme;
+  TokenClassStats token_classes;       // attention by token class (empty mass: not computed)
 };
 
 struct AttentionMap {
@@ -89,6 +92,9 @@ struct AnalysisResult {
   std::vector<std::vector<int64_t>> sink_key;    // [L][H]; -1 where undefined
   std::vector<std::vector<double>> sink_key_excess;  // [L][H]
   std::vector<int32_t> first_window;  // the ids of window 0 (BOS first if any): key j's token
+  // Attention by token class: computed (the model's softmax is one it can average), or why not.
+  bool token_classes = false;
+  std::string token_classes_note;
   double seconds = 0;
   int64_t peak_rss_bytes = 0;
   // Where the seconds went (report.json run.phases): the attention kernel, the attention
