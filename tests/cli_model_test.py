@@ -85,7 +85,8 @@ def main():
             "--window", "16", "--max-tokens", "150", "--out", rep)
         js = json.load(open(os.path.join(rep, "stream.json")))
         assert [r["policy"] for r in js["results"]] == [
-            "dense", "window", "sink", "recompute", "h2o", "h2o+sinks", "tova", "tova+sinks"], js
+            "dense", "window", "sink", "recompute", "h2o", "h2o+sinks", "tova", "tova+sinks",
+            "snapkv", "snapkv+sinks"], js
         assert os.path.getsize(os.path.join(rep, "report.html")) > 1000
         p = run(cli, "generate", "--model", ck, "--prompt", "the", "--policy", "sink",
                 "--sinks", "2", "--window", "16", "--max-tokens", "100", "--temperature", "0")

@@ -43,12 +43,12 @@ void Run(const GenerateOptions& o) {
   }
   if (Status st = ValidateSampler(o.sampler); !st.ok()) throw UsageError(st.message());
   CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks,
-                      o.policy == "h2o" || o.policy == "tova" ? 0 : 1);
+                      o.policy == "h2o" || o.policy == "tova" || o.policy == "snapkv" ? 0 : 1);
   auto policy = ParseCachePolicy(o.policy);
   if (!policy.ok()) throw UsageError("--policy: " + policy.status().message());
   if (policy.value() == CachePolicy::kRecompute) {
     throw UsageError("--policy recompute is an evaluation baseline (attnlab stream), not a "
-                     "cache; use dense, window, sink, h2o or tova");
+                     "cache; use dense, window, sink, h2o, tova or snapkv");
   }
   const bool bounded = policy.value() != CachePolicy::kDense;
   // Options that do not apply to the chosen policy are refused, not ignored.
@@ -58,7 +58,7 @@ void Run(const GenerateOptions& o) {
   }
   const bool scored = IsScoredPolicy(policy.value());
   if (policy.value() != CachePolicy::kSinkWindow && !scored && o.sinks_opt->count() > 0) {
-    throw UsageError("--sinks applies to the sink, h2o and tova policies (the " + o.policy +
+    throw UsageError("--sinks applies to the sink, h2o, tova and snapkv policies (the " + o.policy +
                      " policy pins no tokens)");
   }
   Result<KvDtype> kv_dtype = ParseKvDtype(o.kv_dtype);
@@ -201,9 +201,9 @@ void RegisterGenerateCommand(CLI::App& app) {
   cmd->add_option("--seed", o->sampler.seed, "sampling seed (1)");
   cmd->add_option("--policy", o->policy,
                   "KV cache: dense (default; prompt + tokens <= context), window, sink, h2o, "
-                  "tova (no length limit; docs/KV_POLICIES.md)");
+                  "tova, snapkv (no length limit; docs/KV_POLICIES.md)");
   o->sinks_opt = cmd->add_option("--sinks", o->sinks,
-                                 "pinned first tokens: --policy sink (4), h2o and tova (0)");
+                                 "pinned first tokens: --policy sink (4), h2o, tova and snapkv (0)");
   cmd->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache storage: f32 (default), bf16 or f16 (--policy dense)");
   o->window_opt = cmd->add_option("--window", o->window,

@@ -40,12 +40,19 @@ struct StreamOptions {
   std::string model, tokenizer, text, prompt, policy = "sink", rope_mode = "attention", out;
   std::string positions = "distance";  // h2o, tova: distance | rank (scored_cache.h)
   int64_t sinks = 4, window = 0, max_tokens = 0, chunk = 256, recent = -1;
+  int64_t snap_window = 32, snap_kernel = 5;  // snapkv (scored_cache.h)
   bool compare = false, json = false;
   // Which options the command line gave (CLI11 fills count()).
   CLI::Option *policy_opt = nullptr, *window_opt = nullptr, *sinks_opt = nullptr,
               *rope_opt = nullptr, *max_tokens_opt = nullptr, *recent_opt = nullptr,
-              *positions_opt = nullptr;
+              *positions_opt = nullptr, *snap_window_opt = nullptr, *snap_kernel_opt = nullptr;
 };
+
+// h2o, tova, snapkv: the attention-scored policies (scored_cache.h); false for bad names.
+bool ScoredName(const std::string& policy) {
+  auto p = ParseCachePolicy(policy);
+  return p.ok() && IsScoredPolicy(p.value());
+}
 
 std::string Mib(int64_t bytes) {
   char buf[32];
@@ -61,7 +68,7 @@ std::string Mib(int64_t bytes) {
 // to the chosen policy.
 void CheckOptions(const StreamOptions& o) {
   CheckWindowAndSinks(o.window_opt->count() > 0, o.window, o.sinks_opt->count() > 0, o.sinks,
-                      o.policy == "h2o" || o.policy == "tova" ? 0 : 1);
+                      ScoredName(o.policy) ? 0 : 1);
   if (o.max_tokens_opt->count() > 0 && o.max_tokens < 1) {
     throw UsageError("--max-tokens must be >= 1, got " + std::to_string(o.max_tokens) +
                      " (omit --max-tokens for every token)");
@@ -78,18 +85,21 @@ void CheckOptions(const StreamOptions& o) {
              rope_given = o.rope_opt->count() > 0;
   if (o.compare) {
     if (o.policy_opt->count() > 0) {
-      throw UsageError("--compare runs every policy (dense, window, sink, recompute, h2o and "
-                       "tova with and without sinks); drop --policy " + o.policy +
+      throw UsageError("--compare runs every policy (dense, window, sink, recompute, h2o, tova "
+                       "and snapkv with and without sinks); drop --policy " + o.policy +
                        " or drop --compare");
     }
     return;
   }
-  const bool scored = o.policy == "h2o" || o.policy == "tova";
+  const bool scored = ScoredName(o.policy);
+  if ((o.snap_window_opt->count() > 0 || o.snap_kernel_opt->count() > 0) && o.policy != "snapkv") {
+    throw UsageError("--snap-window and --snap-kernel apply to --policy snapkv only");
+  }
   if (o.recent_opt->count() > 0 && o.policy != "h2o") {
     throw UsageError("--recent applies to --policy h2o only (its local window)");
   }
   if (o.positions_opt->count() > 0 && !scored) {
-    throw UsageError("--positions applies to --policy h2o and tova (the others keep contiguous "
+    throw UsageError("--positions applies to --policy h2o, tova and snapkv (the others keep contiguous "
                      "tokens at cache-index positions)");
   }
   if (o.policy == "dense" && window_given) {
@@ -98,7 +108,7 @@ void CheckOptions(const StreamOptions& o) {
                      std::to_string(o.window) + " for a bounded cache)");
   }
   if (o.policy != "sink" && !scored && sinks_given) {
-    throw UsageError("--sinks applies to the sink, h2o and tova policies (the " + o.policy +
+    throw UsageError("--sinks applies to the sink, h2o, tova and snapkv policies (the " + o.policy +
                      " policy pins no tokens)");
   }
   if ((o.policy == "dense" || o.policy == "recompute" || scored) && rope_given) {
@@ -130,9 +140,11 @@ void Run(const StreamOptions& o) {
   so.chunk = o.chunk;
   if (TrainedWithBos(m)) so.bos = *m.tokenizer->bos_id();
   so.cache.recent = o.recent;
+  so.cache.snap_window = o.snap_window;
+  so.cache.snap_kernel = o.snap_kernel;
   so.cache.scored_positions = o.positions == "rank" ? StreamingCacheConfig::ScoredPositions::kRank
                                                     : StreamingCacheConfig::ScoredPositions::kDistance;
-  // The runs: a policy and its pinned tokens. The attention-scored policies (h2o, tova) run
+  // The runs: a policy and its pinned tokens. The attention-scored policies (h2o, tova, snapkv) run
   // without pinned tokens and, in --compare, also with --sinks of them ("h2o+sinks").
   struct PolicyRun {
     CachePolicy policy;
@@ -153,12 +165,12 @@ void Run(const StreamOptions& o) {
     StreamingCacheConfig probe = so.cache;
     probe.policy = CachePolicy::kTova, probe.n_sink = o.sinks;
     if (const Status allowed = ValidateStreamingConfig(probe, c); allowed.ok()) {
-      for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova}) {
+      for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova, CachePolicy::kSnapKV}) {
         add(p, 0);
         add(p, o.sinks);
       }
     } else {
-      std::fprintf(stderr, "note: h2o and tova left out: %s\n", allowed.message().c_str());
+      std::fprintf(stderr, "note: h2o, tova and snapkv left out: %s\n", allowed.message().c_str());
     }
   } else {
     const CachePolicy p = ParseCachePolicy(o.policy).value();  // checked in CheckOptions
@@ -287,13 +299,18 @@ void RegisterStreamCommand(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "literal text to score instead of a file")
       ->excludes(text);
   o->policy_opt = cmd->add_option(
-      "--policy", o->policy, "dense | window | sink (default) | recompute | h2o | tova");
+      "--policy", o->policy, "dense | window | sink (default) | recompute | h2o | tova | snapkv");
   o->sinks_opt = cmd->add_option("--sinks", o->sinks,
-                                 "pinned first tokens: --policy sink (4), h2o and tova (0); "
-                                 "--compare runs h2o and tova with 0 and with this many (4)");
+                                 "pinned first tokens: --policy sink (4), h2o, tova and snapkv "
+                                 "(0); --compare runs those three with 0 and with this many (4)");
+  o->snap_window_opt = cmd->add_option("--snap-window", o->snap_window,
+                                       "snapkv: the observation window, the step's last queries "
+                                       "that vote (32)");
+  o->snap_kernel_opt = cmd->add_option("--snap-kernel", o->snap_kernel,
+                                       "snapkv: the average-pooling kernel over the votes, odd (5)");
   o->positions_opt = cmd->add_option(
       "--positions", o->positions,
-      "h2o, tova: where kept keys sit: distance (default: their distance to the newest token, "
+      "h2o, tova, snapkv: where kept keys sit: distance (default: their distance to the newest token, "
       "as far as the context reaches) or rank (the i-th kept token at position i)");
   o->recent_opt = cmd->add_option("--recent", o->recent,
                                   "h2o: the most recent tokens that always stay (default: half "

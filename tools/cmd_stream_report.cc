@@ -64,7 +64,9 @@ size_t StyleIndex(const std::string& policy) {
   if (policy == "h2o+sinks") return 12;
   if (policy == "tova") return 5;
   if (policy == "tova+sinks") return 13;
-  return 6;
+  if (policy == "snapkv") return 6;
+  if (policy == "snapkv+sinks") return 14;
+  return 7;
 }
 
 const char* StyleName(const std::string& policy) {

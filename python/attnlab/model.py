@@ -302,8 +302,8 @@ class Model:
         the end-of-text token (``stop_at_eos``; ``eos_token_id`` overrides the tokenizer's).
         ``policy``: "dense" (every token; prompt + new tokens must fit the context), "window" or
         "sink" (StreamingLLM: ``sinks`` pinned first tokens, default 4, plus the most recent,
-        ``window`` tokens in all, default the context; no length limit), "h2o" or "tova" (keep
-        the tokens that receive the most attention, at most ``window`` keys per query, ``sinks``
+        ``window`` tokens in all, default the context; no length limit), "h2o", "tova" or "snapkv"
+        (keep the tokens that receive the most attention, at most ``window`` keys per query, ``sinks``
         of them pinned, default 0; docs/KV_POLICIES.md). return_type: "input" (a string for
         a string, else tokens), "str" (prompt text + continuation) or "tokens" ([1, pos + new],
         torch for torch input).
@@ -329,7 +329,7 @@ class Model:
             np.ascontiguousarray(toks[0], dtype=np.int32), int(max_new_tokens),
             float(temperature) if do_sample else 0.0, int(top_k or 0),
             1.0 if top_p is None else float(top_p), int(seed), str(policy),
-            int(sinks) if sinks is not None else (0 if policy in ("h2o", "tova") else 4),
+            int(sinks) if sinks is not None else (0 if policy in ("h2o", "tova", "snapkv") else 4),
             int(window or 0), None if eos is None else int(eos))
         if return_type == "str" or (return_type == "input" and text is not None):
             prompt_text = text if text is not None else self.to_string(toks[0])

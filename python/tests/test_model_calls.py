@@ -124,10 +124,10 @@ def test_generate_text_seeds_and_the_sink_cache_past_the_context():
 
 
 def test_generate_with_the_attention_scored_caches_past_the_context():
-    """h2o and tova (issue 38; docs/KV_POLICIES.md) bound the cache like sink does: generation
+    """h2o, tova and snapkv (issue 38; docs/KV_POLICIES.md) bound the cache like sink does: generation
     runs past the context, seeded runs repeat, and a budget with nothing to choose from raises."""
     m = attnlab.load()  # the embedded default model (RoPE, context 256)
-    for policy in ("h2o", "tova"):
+    for policy in ("h2o", "tova", "snapkv"):
         a = m.generate("The jury said", max_new_tokens=300, policy=policy, window=32, sinks=0,
                        seed=3, return_type="tokens", stop_at_eos=False)
         b = m.generate("The jury said", max_new_tokens=300, policy=policy, window=32, sinks=0,

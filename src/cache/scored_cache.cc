@@ -151,7 +151,12 @@ Status ScoredKvCache::ObserveAttention(int64_t layer, const AttentionParams& par
   // in fp32 into w[h][j] (H2O: the step's rows; TOVA: the last row, the current query).
   constexpr double kLog2e = 1.4426950408889634074;
   const double scale = params.scale ? *params.scale : 1.0 / std::sqrt(static_cast<double>(hd));
-  const int64_t first_row = sc_.policy == CachePolicy::kTova ? T - 1 : 0, rows = T - first_row;
+  // The rows whose attention scores: H2O every row of the step, TOVA the last (the current
+  // query), SnapKV the observation window (the step's last snap_window rows).
+  const int64_t first_row = sc_.policy == CachePolicy::kTova     ? T - 1
+                            : sc_.policy == CachePolicy::kSnapKV ? std::max<int64_t>(0, T - sc_.snap_window)
+                                                                 : 0;
+  const int64_t rows = T - first_row;
   w_.assign(H * n, 0.0f);
   s2_.resize(rows * n);
   const internal::RowStatsTable& kern = internal::ActiveKernels().row_stats;
@@ -178,10 +183,10 @@ Status ScoredKvCache::ObserveAttention(int64_t layer, const AttentionParams& par
     for (int64_t j = 0; j < n; ++j) {
       if (sc_.policy == CachePolicy::kTova) {
         sc[j] = mean_[j];
-      } else {  // H2O: the group's query heads add up
+      } else {  // H2O (accumulated) and SnapKV (this step's votes): the group's heads add up
         double s = 0;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) s += w_[h * n + j];
-        sc[j] += s;
+        sc[j] = sc_.policy == CachePolicy::kSnapKV ? s : sc[j] + s;
       }
     }
   }
@@ -200,33 +205,67 @@ int64_t ScoredKvCache::Victim(int64_t layer, int64_t head, int64_t n) const {
   return best;
 }
 
+void ScoredKvCache::Remove(int64_t l, int64_t g, int64_t i, int64_t len) {
+  std::vector<int32_t>& ord = order_[l][g];
+  const int32_t slot = ord[i], last = static_cast<int32_t>(len - 1);
+  ord.erase(ord.begin() + i);
+  if (slot != last) {  // the last slot moves into the hole: slots stay compact
+    const int64_t hd = head_dim_;
+    float* K = k_[l].data() + g * cap_ * hd;
+    float* V = v_[l].data() + g * cap_ * hd;
+    std::memcpy(K + slot * hd, K + last * hd, sizeof(float) * hd);
+    std::memcpy(V + slot * hd, V + last * hd, sizeof(float) * hd);
+    seq_[l][g][slot] = seq_[l][g][last];
+    score_[l][g][slot] = score_[l][g][last];
+    *std::find(ord.begin(), ord.end(), last) = slot;
+  }
+  seq_[l][g][last] = -1;
+  score_[l][g][last] = 0.0;
+}
+
+std::vector<int64_t> ScoredKvCache::SnapVictims(int64_t l, int64_t g, int64_t n,
+                                                int64_t drop) const {
+  // Candidates: logical [n_sink, n - obs), obs = the step's newest tokens the observation window
+  // covers (kept, as the paper keeps the window), as many as the budget allows.
+  const int64_t obs = std::min({pending_, sc_.snap_window, keep_ - n_sink_});
+  const int64_t lo = n_sink_, hi = n - obs, k = sc_.snap_kernel;
+  const std::vector<int32_t>& ord = order_[l][g];
+  const std::vector<double>& sc = score_[l][g];
+  // Average pooling (torch's avg_pool1d, padding k / 2 with zeros counted): pooled_i = (1/k)
+  // sum of the votes of candidates i - k/2 .. i + k/2.
+  std::vector<std::pair<double, int64_t>> pooled;
+  for (int64_t i = lo; i < hi; ++i) {
+    double sum = 0;
+    for (int64_t j = std::max(lo, i - k / 2); j <= std::min(hi - 1, i + k / 2); ++j) sum += sc[ord[j]];
+    pooled.push_back({sum / static_cast<double>(k), i});
+  }
+  // The lowest pooled votes leave (the oldest on ties).
+  std::sort(pooled.begin(), pooled.end());
+  std::vector<int64_t> out;
+  for (int64_t e = 0; e < drop && e < static_cast<int64_t>(pooled.size()); ++e) {
+    out.push_back(pooled[e].second);
+  }
+  std::sort(out.rbegin(), out.rend());  // removed from the back: indices stay valid
+  return out;
+}
+
 void ScoredKvCache::EndStep() {
   const int64_t n = size_ + pending_;
   const int64_t drop = std::max<int64_t>(0, n - keep_);
-  for (int64_t l = 0; l < n_layer_; ++l) {
+  for (int64_t l = 0; l < n_layer_ && drop > 0; ++l) {
+    if (sc_.policy == CachePolicy::kSnapKV) {  // one selection per KV head for the whole step
+      for (int64_t g = 0; g < kv_heads_; ++g) {
+        int64_t len = n;
+        for (int64_t i : SnapVictims(l, g, n, drop)) Remove(l, g, i, len--);
+      }
+      continue;
+    }
     for (int64_t e = 0; e < drop; ++e) {
       const int64_t len = n - e;
       // TOVA decides once per layer (the scores are the heads' mean, the same in every KV
       // head); H2O per KV head.
       const int64_t shared = sc_.policy == CachePolicy::kTova ? Victim(l, 0, len) : -1;
-      for (int64_t g = 0; g < kv_heads_; ++g) {
-        const int64_t i = shared >= 0 ? shared : Victim(l, g, len);
-        std::vector<int32_t>& ord = order_[l][g];
-        const int32_t slot = ord[i], last = static_cast<int32_t>(len - 1);
-        ord.erase(ord.begin() + i);
-        if (slot != last) {  // the last slot moves into the hole: slots stay compact
-          const int64_t hd = head_dim_;
-          float* K = k_[l].data() + g * cap_ * hd;
-          float* V = v_[l].data() + g * cap_ * hd;
-          std::memcpy(K + slot * hd, K + last * hd, sizeof(float) * hd);
-          std::memcpy(V + slot * hd, V + last * hd, sizeof(float) * hd);
-          seq_[l][g][slot] = seq_[l][g][last];
-          score_[l][g][slot] = score_[l][g][last];
-          *std::find(ord.begin(), ord.end(), last) = slot;
-        }
-        seq_[l][g][last] = -1;
-        score_[l][g][last] = 0.0;
-      }
+      for (int64_t g = 0; g < kv_heads_; ++g) Remove(l, g, shared >= 0 ? shared : Victim(l, g, len), len);
     }
   }
   evictions_ += drop;
@@ -258,7 +297,7 @@ std::vector<double> ScoredKvCache::Scores(int64_t layer, int64_t head) const {
 
 std::unique_ptr<KvCache> MakeBoundedKvCache(const StreamingCacheConfig& sc,
                                             const ModelConfig& model) {
-  if (sc.policy == CachePolicy::kH2O || sc.policy == CachePolicy::kTova) {
+  if (IsScoredPolicy(sc.policy)) {
     return std::make_unique<ScoredKvCache>(sc, model);
   }
   return std::make_unique<StreamingKvCache>(sc, model);

@@ -11,7 +11,17 @@
 //          each step the token with the lowest attention from the CURRENT query, averaged over
 //          the layer's heads, leaves; one choice per layer (every head of the layer drops it).
 //
-// Both optionally pin the first n_sink tokens (never evicted): the sink question, measured by
+//   kSnapKV  SnapKV (Li et al. 2024, arXiv:2404.14469, section 4): the observation window, the
+//          step's last snap_window queries (the end of a prompt), votes: key j's score is the
+//          attention it gets from those rows, summed (per KV head over the group's query heads);
+//          the votes are average-pooled over the older candidates in order (kernel snap_kernel,
+//          zero padding counted, torch's avg_pool1d as in the paper's code) and the lowest leave,
+//          all in one selection per step, while the window's own tokens stay. Applied at every
+//          step that overflows: a prompt is compressed once, at prefill, as in the paper; a
+//          one-token step has a window of one query (the paper does not evict while decoding;
+//          this is the natural continuation for streaming).
+//
+// All optionally pin the first n_sink tokens (never evicted): the sink question, measured by
 // running each policy with and without them.
 //
 // Budget. `window` W is the most keys a query attends to, as for the window and sink policies:
@@ -57,7 +67,7 @@ int64_t DefaultH2oRecent(const StreamingCacheConfig& sc);
 
 class ScoredKvCache : public KvCache {
  public:
-  // REQUIRES: ValidateStreamingConfig ok; policy kH2O or kTova.
+  // REQUIRES: ValidateStreamingConfig ok; policy kH2O, kTova or kSnapKV.
   ScoredKvCache(const StreamingCacheConfig& sc, const ModelConfig& model);
   int64_t size() const override { return size_; }
   Status BeginStep(int64_t T, std::vector<int64_t>* positions) override;
@@ -71,7 +81,8 @@ class ScoredKvCache : public KvCache {
   int64_t bytes() const override;
 
   // The arrival numbers (0, 1, 2, ...) of the tokens KV head `head` of `layer` keeps, oldest
-  // first, and their scores (H2O: accumulated attention; TOVA: the last query's head mean).
+  // first, and their scores (H2O: accumulated attention; TOVA: the last query's head mean;
+  // SnapKV: the last step's votes, before pooling).
   std::vector<int64_t> RetainedTokens(int64_t layer, int64_t head) const;
   std::vector<double> Scores(int64_t layer, int64_t head) const;
   int64_t evictions() const { return evictions_; }
@@ -84,6 +95,10 @@ class ScoredKvCache : public KvCache {
   int64_t NewestPosition() const;
   int64_t KeyPosition(int64_t rank, int64_t arrival) const;
   int64_t Victim(int64_t layer, int64_t head, int64_t n) const;  // logical index to drop
+  // SnapKV: the `drop` logical indices to remove from head g of layer l (n tokens), descending.
+  std::vector<int64_t> SnapVictims(int64_t l, int64_t g, int64_t n, int64_t drop) const;
+  // Removes logical index i of head g of layer l, which holds len tokens (slots stay compact).
+  void Remove(int64_t l, int64_t g, int64_t i, int64_t len);
 
   StreamingCacheConfig sc_;
   int64_t n_layer_, kv_heads_, head_dim_, n_head_, context_;
@@ -110,7 +125,8 @@ class ScoredKvCache : public KvCache {
   std::vector<double> mean_;  // TOVA: the heads' mean per key
 };
 
-// The bounded caches by policy: StreamingKvCache (window, sink) or ScoredKvCache (h2o, tova).
+// The bounded caches by policy: StreamingKvCache (window, sink) or ScoredKvCache (h2o, tova,
+// snapkv).
 // REQUIRES: ValidateStreamingConfig ok and a bounded policy.
 std::unique_ptr<KvCache> MakeBoundedKvCache(const StreamingCacheConfig& sc, const ModelConfig& model);
 

@@ -1,4 +1,4 @@
-// The attention-scored caches (H2O, TOVA) against a naive twin: per (layer, KV head) a plain
+// The attention-scored caches (H2O, TOVA, SnapKV) against a naive twin: per (layer, KV head) a plain
 // list of retained tokens, keys rotated in double at every step, attention recomputed by a
 // softmax in double from scratch (not from the kernel's lse), the eviction rule written again.
 // Token by token on a GQA RoPE model: the same logits (to fp32 rounding) and the same retained
@@ -115,7 +115,10 @@ class NaiveScoredCache : public KvCache {
     std::vector<std::vector<double>> p(H, std::vector<double>(n, 0.0));  // summed over rows
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / group;
-      for (int64_t i = sc_.policy == CachePolicy::kTova ? T - 1 : 0; i < T; ++i) {
+      const int64_t first = sc_.policy == CachePolicy::kTova     ? T - 1
+                            : sc_.policy == CachePolicy::kSnapKV ? std::max<int64_t>(0, T - sc_.snap_window)
+                                                                 : 0;
+      for (int64_t i = first; i < T; ++i) {
         const int64_t visible = n - T + i + 1;
         std::vector<double> s(visible);
         double m = -INFINITY;
@@ -140,13 +143,65 @@ class NaiveScoredCache : public KvCache {
           heads_[layer][g][j].score = s / H;
         } else {
           for (int64_t h = g * group; h < (g + 1) * group; ++h) s += p[h][j];
-          heads_[layer][g][j].score += s;
+          // H2O accumulates; SnapKV's votes are this step's alone.
+          heads_[layer][g][j].score = sc_.policy == CachePolicy::kSnapKV ? s : heads_[layer][g][j].score + s;
         }
       }
     }
     return Status::Ok();
   }
+  // SnapKV written again: candidates [n_sink, n - obs), votes average-pooled with zero padding
+  // (divided by the kernel), the `drop` lowest leave, the oldest first on ties. Following the
+  // fast cache, its choice is taken when every token it dropped has a pooled vote within 1e-5
+  // of the twin's drop-th lowest (near-ties, counted when the two choices differ).
+  void SnapEndStep() {
+    for (size_t l = 0; l < heads_.size(); ++l) {
+      for (size_t g = 0; g < heads_[l].size(); ++g) {
+        std::vector<Tok>& toks = heads_[l][g];
+        const int64_t n = static_cast<int64_t>(toks.size()), drop = n - (sc_.window - 1);
+        if (drop <= 0) continue;
+        const int64_t obs = std::min({T_, sc_.snap_window, sc_.window - 1 - sc_.n_sink});
+        const int64_t lo = sc_.n_sink, hi = n - obs, k = sc_.snap_kernel;
+        std::vector<double> pooled(n, 0.0);
+        std::vector<int64_t> order;
+        for (int64_t i = lo; i < hi; ++i) {
+          for (int64_t j = i - k / 2; j <= i + k / 2; ++j) {
+            if (j >= lo && j < hi) pooled[i] += toks[j].score;
+          }
+          pooled[i] /= static_cast<double>(k);
+          order.push_back(i);
+        }
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return pooled[a] < pooled[b]; });
+        std::vector<int64_t> victims(order.begin(), order.begin() + drop);
+        if (follow_) {
+          const std::vector<int64_t> kept = follow_->RetainedTokens(static_cast<int64_t>(l), static_cast<int64_t>(g));
+          std::vector<int64_t> theirs;
+          for (int64_t i = 0; i < n; ++i) {
+            if (std::find(kept.begin(), kept.end(), toks[i].seq) == kept.end()) theirs.push_back(i);
+          }
+          const double bar = pooled[order[drop - 1]];
+          bool close = static_cast<int64_t>(theirs.size()) == drop;
+          for (int64_t i : theirs) close = close && i >= lo && i < hi && pooled[i] <= bar + 1e-5 * std::max(1.0, bar);
+          std::vector<int64_t> mine = victims;
+          std::sort(mine.begin(), mine.end());
+          if (close && theirs != mine) {
+            victims = theirs;
+            ++near_ties_;
+          }
+        }
+        std::sort(victims.rbegin(), victims.rend());
+        for (int64_t i : victims) toks.erase(toks.begin() + i);
+        evictions_ += drop;
+      }
+    }
+    arrivals_ += T_;
+  }
   void EndStep() override {
+    if (sc_.policy == CachePolicy::kSnapKV) {
+      SnapEndStep();
+      return;
+    }
     for (size_t l = 0; l < heads_.size(); ++l) {
       for (size_t g = 0; g < heads_[l].size(); ++g) {
         std::vector<Tok>& toks = heads_[l][g];
@@ -226,7 +281,10 @@ TEST(ScoredKvCache, MatchesANaiveTwinTokenByTokenOverAwkwardBudgets) {
       {CachePolicy::kH2O, 9, 2, 6},    {CachePolicy::kH2O, 64, 2, -1},  // larger than the text
       {CachePolicy::kTova, 2, 0, 0},   {CachePolicy::kTova, 12, 0, 0},
       {CachePolicy::kTova, 12, 4, 0},  {CachePolicy::kTova, 5, 4, 0},
-      {CachePolicy::kTova, 64, 0, 0}};
+      {CachePolicy::kTova, 64, 0, 0},
+      {CachePolicy::kSnapKV, 2, 0, 0},   {CachePolicy::kSnapKV, 12, 0, 0},
+      {CachePolicy::kSnapKV, 12, 4, 0},  {CachePolicy::kSnapKV, 6, 4, 0},  // one left to choose
+      {CachePolicy::kSnapKV, 64, 2, 0}};
   for (const Budget& b : budgets) {
    for (auto mode : {StreamingCacheConfig::ScoredPositions::kDistance,
                      StreamingCacheConfig::ScoredPositions::kRank}) {
@@ -275,9 +333,10 @@ TEST(ScoredKvCache, AMultiTokenStepMatchesTheTwin) {
   ASSERT_TRUE(g.ok());
   Gpt& gpt = *g.value();
   gpt.params().Initialize(c, 22);
-  for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova}) {
+  for (CachePolicy p : {CachePolicy::kH2O, CachePolicy::kTova, CachePolicy::kSnapKV}) {
     StreamingCacheConfig sc;
-    sc.policy = p, sc.window = 10, sc.n_sink = 1, sc.recent = 2;
+    sc.policy = p, sc.window = 10, sc.n_sink = 1, sc.recent = p == CachePolicy::kH2O ? 2 : -1;
+    sc.snap_window = 4, sc.snap_kernel = 3;  // the prompt's last 4 rows vote (SnapKV's prefill)
     ScoredKvCache fast(sc, c);
     NaiveScoredCache naive(sc, c);
     naive.Follow(&fast);
@@ -378,6 +437,17 @@ TEST(ScoredKvCache, BadConfigurationsAreErrors) {
   }
   EXPECT_TRUE(ParseCachePolicy("tova").ok());
   EXPECT_FALSE(ParseCachePolicy("h3o").ok());
+  // SnapKV: an observation window of at least one query, an odd kernel, something to choose.
+  StreamingCacheConfig snap;
+  snap.policy = CachePolicy::kSnapKV, snap.window = 10, snap.n_sink = 0;
+  EXPECT_TRUE(ValidateStreamingConfig(snap, c).ok());
+  EXPECT_EQ(ParseCachePolicy("snapkv").value(), CachePolicy::kSnapKV);
+  snap.snap_window = 0;
+  EXPECT_FALSE(ValidateStreamingConfig(snap, c).ok());
+  snap.snap_window = 32, snap.snap_kernel = 4;
+  EXPECT_FALSE(ValidateStreamingConfig(snap, c).ok());
+  snap.snap_kernel = 5, snap.n_sink = 9;
+  EXPECT_FALSE(ValidateStreamingConfig(snap, c).ok());
 }
 
 }  // namespace

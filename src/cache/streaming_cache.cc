@@ -14,19 +14,23 @@ const char* CachePolicyName(CachePolicy p) {
     case CachePolicy::kRecompute: return "recompute";
     case CachePolicy::kH2O: return "h2o";
     case CachePolicy::kTova: return "tova";
+    case CachePolicy::kSnapKV: return "snapkv";
   }
   return "?";
 }
 
-bool IsScoredPolicy(CachePolicy p) { return p == CachePolicy::kH2O || p == CachePolicy::kTova; }
+bool IsScoredPolicy(CachePolicy p) {
+  return p == CachePolicy::kH2O || p == CachePolicy::kTova || p == CachePolicy::kSnapKV;
+}
 
 Result<CachePolicy> ParseCachePolicy(const std::string& name) {
   for (CachePolicy p : {CachePolicy::kDense, CachePolicy::kWindow, CachePolicy::kSinkWindow,
-                        CachePolicy::kRecompute, CachePolicy::kH2O, CachePolicy::kTova}) {
+                        CachePolicy::kRecompute, CachePolicy::kH2O, CachePolicy::kTova,
+                        CachePolicy::kSnapKV}) {
     if (name == CachePolicyName(p)) return p;
   }
   return Status::InvalidArgument("unknown cache policy '" + name +
-                                 "' (expected dense, window, sink, recompute, h2o or tova)");
+                                 "' (expected dense, window, sink, recompute, h2o, tova or snapkv)");
 }
 
 Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig& model) {
@@ -55,6 +59,17 @@ Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig
                                      "window - 1 tokens between steps)");
     }
     if (sc.n_sink < 0) return Status::InvalidArgument("--sinks must be >= 0");
+    if (sc.policy == CachePolicy::kSnapKV) {
+      if (sc.snap_window < 1) return Status::InvalidArgument("--snap-window must be >= 1");
+      if (sc.snap_kernel < 1 || sc.snap_kernel % 2 == 0) {
+        return Status::InvalidArgument("--snap-kernel must be odd and >= 1 (a centred pooling window)");
+      }
+      if (sc.n_sink >= sc.window - 1) {
+        return Status::InvalidArgument("the snapkv policy needs sinks (" + std::to_string(sc.n_sink) +
+                                       ") < window - 1 (" + std::to_string(sc.window - 1) +
+                                       "): something must be left to choose from");
+      }
+    }
     const int64_t recent = sc.policy == CachePolicy::kH2O ? sc.recent : 0;
     if (sc.policy == CachePolicy::kH2O && sc.recent < -1) {
       return Status::InvalidArgument("--recent must be >= 0 (or -1: the default)");

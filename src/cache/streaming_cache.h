@@ -40,8 +40,8 @@
 
 namespace attnlab {
 
-// kH2O and kTova choose by attention: scored_cache.h.
-enum class CachePolicy { kDense, kWindow, kSinkWindow, kRecompute, kH2O, kTova };
+// kH2O, kTova and kSnapKV choose by attention: scored_cache.h.
+enum class CachePolicy { kDense, kWindow, kSinkWindow, kRecompute, kH2O, kTova, kSnapKV };
 enum class RopeCacheMode { kRotateAtAttention, kStoreRotated };
 
 struct StreamingCacheConfig {
@@ -50,6 +50,8 @@ struct StreamingCacheConfig {
   int64_t window = 256;  // W: tokens held in total, sinks included (the scored policies: the
                          // most keys a query sees; W - 1 held between steps)
   int64_t recent = -1;   // kH2O: the most recent tokens that always stay (-1: DefaultH2oRecent)
+  int64_t snap_window = 32;  // kSnapKV: the observation window, the step's last rows that vote
+  int64_t snap_kernel = 5;   // kSnapKV: the average-pooling kernel over the votes (odd)
   // kH2O, kTova: how kept keys are positioned (scored_cache.h). kDistance (default): each key
   // keeps its distance to the newest token, as far as the context reaches (the papers' original
   // positions, inside the trained range); kRank: the i-th kept token sits at position i.
@@ -57,15 +59,16 @@ struct StreamingCacheConfig {
   RopeCacheMode rope_mode = RopeCacheMode::kRotateAtAttention;
 };
 
-// "dense", "window", "sink", "recompute", "h2o", "tova".
+// "dense", "window", "sink", "recompute", "h2o", "tova", "snapkv".
 const char* CachePolicyName(CachePolicy p);
 Result<CachePolicy> ParseCachePolicy(const std::string& name);
 
-// True for kH2O and kTova (scored_cache.h).
+// True for kH2O, kTova and kSnapKV (scored_cache.h).
 bool IsScoredPolicy(CachePolicy p);
 // Checks the config against the model: window in [1, context], sinks < window (kSinkWindow),
-// positions shiftable (RoPE or none) for the bounded policies; for kH2O and kTova also a window
-// of at least 2, sinks + recent <= window - 1, and plain softmax attention (scored_cache.h).
+// positions shiftable (RoPE or none) for the bounded policies; for the scored ones also a window
+// of at least 2, sinks + recent <= window - 1 (kSnapKV: sinks < window - 1, an observation
+// window >= 1 and an odd kernel >= 1), and plain softmax attention (scored_cache.h).
 Status ValidateStreamingConfig(const StreamingCacheConfig& sc, const ModelConfig& model);
 
 class StreamingKvCache : public KvCache {

@@ -35,7 +35,7 @@ Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int6
   switch (gc.policy) {
     case CachePolicy::kRecompute:
       return Status::InvalidArgument("the recompute policy is an evaluation baseline, not a "
-                                     "cache; use dense, window, sink, h2o or tova");
+                                     "cache; use dense, window, sink, h2o, tova or snapkv");
     case CachePolicy::kDense:
       if (prompt_tokens + gc.max_new_tokens > c.context) {
         return Status::InvalidArgument(
@@ -49,7 +49,8 @@ Status ValidateGeneration(const GenerationConfig& gc, const ModelConfig& c, int6
     case CachePolicy::kWindow:
     case CachePolicy::kSinkWindow:
     case CachePolicy::kH2O:
-    case CachePolicy::kTova: {
+    case CachePolicy::kTova:
+    case CachePolicy::kSnapKV: {
       if (gc.kv_dtype != KvDtype::kF32) {
         return Status::InvalidArgument("a 16-bit KV cache needs the dense policy (the streaming "
                                        "caches hold fp32)");
