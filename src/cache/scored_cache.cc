@@ -223,8 +223,7 @@ void ScoredKvCache::Remove(int64_t l, int64_t g, int64_t i, int64_t len) {
   score_[l][g][last] = 0.0;
 }
 
-std::vector<int64_t> ScoredKvCache::SnapVictims(int64_t l, int64_t g, int64_t n,
-                                                int64_t drop) const {
+std::vector<int64_t> ScoredKvCache::SnapVictims(int64_t l, int64_t g, int64_t n, int64_t drop) {
   // Candidates: logical [n_sink, n - obs), obs = the step's newest tokens the observation window
   // covers (kept, as the paper keeps the window), as many as the budget allows.
   const int64_t obs = std::min({pending_, sc_.snap_window, keep_ - n_sink_});
@@ -232,18 +231,27 @@ std::vector<int64_t> ScoredKvCache::SnapVictims(int64_t l, int64_t g, int64_t n,
   const std::vector<int32_t>& ord = order_[l][g];
   const std::vector<double>& sc = score_[l][g];
   // Average pooling (torch's avg_pool1d, padding k / 2 with zeros counted): pooled_i = (1/k)
-  // sum of the votes of candidates i - k/2 .. i + k/2.
-  std::vector<std::pair<double, int64_t>> pooled;
-  for (int64_t i = lo; i < hi; ++i) {
+  // sum of the votes of candidates i - k/2 .. i + k/2 (summed directly, so equal windows tie
+  // exactly and the oldest leaves first).
+  const int64_t m = hi - lo, r = k / 2;
+  std::vector<std::pair<double, int64_t>>& pooled = pooled_;
+  pooled.resize(m);
+  votes_.resize(m);
+  for (int64_t i = lo; i < hi; ++i) votes_[i - lo] = sc[ord[i]];
+  const double* v = votes_.data();
+  for (int64_t i = 0; i < m; ++i) {
     double sum = 0;
-    for (int64_t j = std::max(lo, i - k / 2); j <= std::min(hi - 1, i + k / 2); ++j) sum += sc[ord[j]];
-    pooled.push_back({sum / static_cast<double>(k), i});
+    for (int64_t j = std::max<int64_t>(0, i - r), e = std::min(m - 1, i + r); j <= e; ++j) sum += v[j];
+    pooled[i] = {sum / static_cast<double>(k), lo + i};
   }
-  // The lowest pooled votes leave (the oldest on ties).
-  std::sort(pooled.begin(), pooled.end());
+  // The lowest pooled votes leave (the oldest on ties): one-token steps drop one, by a scan.
   std::vector<int64_t> out;
-  for (int64_t e = 0; e < drop && e < static_cast<int64_t>(pooled.size()); ++e) {
-    out.push_back(pooled[e].second);
+  const int64_t d = std::min(drop, m);
+  if (d == 1) {
+    out.push_back(std::min_element(pooled.begin(), pooled.end())->second);
+  } else if (d > 1) {
+    std::partial_sort(pooled.begin(), pooled.begin() + d, pooled.end());
+    for (int64_t e = 0; e < d; ++e) out.push_back(pooled[e].second);
   }
   std::sort(out.rbegin(), out.rend());  // removed from the back: indices stay valid
   return out;

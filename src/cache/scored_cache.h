@@ -96,7 +96,7 @@ class ScoredKvCache : public KvCache {
   int64_t KeyPosition(int64_t rank, int64_t arrival) const;
   int64_t Victim(int64_t layer, int64_t head, int64_t n) const;  // logical index to drop
   // SnapKV: the `drop` logical indices to remove from head g of layer l (n tokens), descending.
-  std::vector<int64_t> SnapVictims(int64_t l, int64_t g, int64_t n, int64_t drop) const;
+  std::vector<int64_t> SnapVictims(int64_t l, int64_t g, int64_t n, int64_t drop);
   // Removes logical index i of head g of layer l, which holds len tokens (slots stay compact).
   void Remove(int64_t l, int64_t g, int64_t i, int64_t len);
 
@@ -123,6 +123,9 @@ class ScoredKvCache : public KvCache {
   // [n_head][n].
   std::vector<float> s2_, w_;
   std::vector<double> mean_;  // TOVA: the heads' mean per key
+  // SnapVictims' buffers: the candidates' votes in logical order, their pooled values.
+  std::vector<double> votes_;
+  std::vector<std::pair<double, int64_t>> pooled_;
 };
 
 // The bounded caches by policy: StreamingKvCache (window, sink) or ScoredKvCache (h2o, tova,
