@@ -21,24 +21,16 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist_check_util.h"
 
 namespace {
 
 using attnlab::Status;
 namespace dist = attnlab::dist;
 
-int g_failures = 0;
-
-void Expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: FAIL %s\n", dist::World().rank(), what.c_str());
-    ++g_failures;
-  }
-}
-
-void ExpectOk(const Status& st, const std::string& what) {
-  Expect(st.ok(), what + ": " + st.ToString());
-}
+using attnlab::dist_check::Expect;
+using attnlab::dist_check::g_failures;
+using attnlab::dist_check::ExpectOk;
 
 // Rank r's value at index i: not exactly representable sums, so the order matters.
 double Value(int r, int64_t i) { return std::sin(0.37 * static_cast<double>(i) + r) * (1.0 + r * 1e-3); }

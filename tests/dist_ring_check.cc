@@ -20,6 +20,7 @@
 
 #include "attnlab/attention.h"
 #include "dist/comm.h"
+#include "dist_check_util.h"
 #include "dist/ring_attention.h"
 
 namespace {
@@ -33,14 +34,8 @@ using attnlab::SoftmaxKind;
 using attnlab::Status;
 namespace dist = attnlab::dist;
 
-int g_failures = 0;
-
-void Expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: FAIL %s\n", dist::World().rank(), what.c_str());
-    ++g_failures;
-  }
-}
+using attnlab::dist_check::Expect;
+using attnlab::dist_check::g_failures;
 
 std::vector<float> Random(int64_t n, uint32_t seed, float sd) {
   std::mt19937 rng(seed);

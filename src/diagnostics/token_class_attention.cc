@@ -115,9 +115,12 @@ void TokenClassAccumulator::EndWindow() {
       for (uint32_t bits = labels_[j]; bits; bits &= bits - 1) m[__builtin_ctz(bits)] += km[j];
     }
   }
-  key_mass_.clear();
-  labels_.clear();
-  prefix_.clear();
+  // Released, not only cleared: one accumulator per layer lives through the whole analysis,
+  // and a long window's buffers are megabytes each.
+  std::vector<float>().swap(key_mass_);
+  std::vector<uint32_t>().swap(labels_);
+  std::vector<int32_t>().swap(prefix_);
+  std::vector<float>().swap(scores_);
 }
 
 Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float* q,
