@@ -169,13 +169,9 @@ void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc) {
   for (; j + simd::kLanes <= n; j += simd::kLanes) {
     simd::Store(acc + j, simd::Load(acc + j) + simd::Exp2(simd::Load(t + j) - sv));
   }
-  if (j == n) return;
-  float tail[simd::kLanes], sum[simd::kLanes];  // the last n - j < kLanes keys, -inf padded
-  for (int l = 0; l < simd::kLanes; ++l) tail[l] = kNegInf, sum[l] = 0.0f;
-  std::memcpy(tail, t + j, sizeof(float) * (n - j));
-  std::memcpy(sum, acc + j, sizeof(float) * (n - j));
-  simd::Store(sum, simd::Load(sum) + simd::Exp2(simd::Load(tail) - sv));
-  std::memcpy(acc + j, sum, sizeof(float) * (n - j));
+  // The last n - j < kLanes keys one at a time, with the same polynomial (no stack arrays of
+  // vector width: AddressSanitizer's fake stack does not align them as AVX-512 code expects).
+  for (; j < n; ++j) acc[j] += simd::Exp2Scalar(t[j] - shift2);
 }
 
 }  // namespace attnlab::ATTNLAB_TARGET_NS
