@@ -18,6 +18,7 @@
 
 #include "attnlab/attention.h"
 #include "attnlab/thread_pool.h"
+#include "core/process_memory.h"
 #include "dist/comm.h"
 #include "dist/ring_attention.h"
 
@@ -36,19 +37,6 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   std::vector<float> x(n);
   for (float& e : x) e = nd(rng);
   return x;
-}
-
-// Peak resident memory of this process (VmHWM), bytes; 0 if unreadable.
-double PeakRssBytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof(line), f)) {
-    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb * 1024.0;
 }
 
 // The slowest rank's value.
@@ -127,7 +115,7 @@ int main(int argc, char** argv) {
     }
     exch = std::min(exch, Slowest(w, Now() - t0));
   }
-  const double rss = Slowest(w, PeakRssBytes());  // the largest rank's peak
+  const double rss = Slowest(w, static_cast<double>(attnlab::PeakResidentBytes()));  // the largest rank's peak
   if (w.root()) {
     std::printf("ring attention bench: N %lld, heads %lld/%lld, head_dim %lld, causal, %d rank(s) x "
                 "%d thread(s), best of %d\n",

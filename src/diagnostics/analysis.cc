@@ -442,6 +442,8 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     for (int64_t l0 = 0; l0 < L; l0 += per_pass) groups.push_back({l0, std::min(L, l0 + per_pass)});
     if (w == 0) r.passes = static_cast<int64_t>(groups.size());
     const bool long_window = T >= 2048;
+    const std::vector<uint32_t> key_classes =  // the same for every layer of the window
+        o.classes ? WindowKeyClasses(c, o, seq, deciles) : std::vector<uint32_t>();
     std::vector<float> handoff;
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto [l0, l1] = groups[g];
@@ -449,7 +451,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr,
                          o.classes ? &classes : nullptr);
       for (int64_t l = l0; l < l1 && o.classes; ++l) {
-        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(WindowKeyClasses(c, o, seq, deciles)));
+        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(key_classes));
       }
       DenseKvCache cache(L, c.kv_heads(), hd);
       ATTNLAB_RETURN_IF_ERROR(cache.HoldLayers(l0, l1));

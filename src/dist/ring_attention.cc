@@ -13,7 +13,6 @@ namespace {
 
 constexpr int kTagKv = 40;   // K and V blocks, forward and backward
 constexpr int kTagDkv = 41;  // dK and dV accumulators, backward
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
