@@ -126,7 +126,7 @@ void Run(TrainFlags f) {
       const json& was = ckpt.meta["train"];
       for (const char* k : {"batch", "seq_len", "accum", "steps", "lr", "seed", "bos",
                             "first_token_replace", "first_token_drop", "diversity_weight",
-                            "contrastive_weight"}) {
+                            "contrastive_weight", "first_token_weight", "first_token_power"}) {
         if (was.contains(k) && train.contains(k) && was[k] != train[k]) {
           throw CommandError(std::string("--resume: training option '") + k + "' was " +
                              was[k].dump() + " in the checkpoint but is " + train[k].dump() +
@@ -378,6 +378,11 @@ void RegisterTrainCommand(CLI::App& app) {
             "head-diversity penalty weight (0 = off; train/auxiliary_losses.h)");
   train_num("--contrastive-weight", "contrastive_weight",
             "contrastive loss between consecutive layers, weight (0 = off)");
+  train_num("--first-token-penalty", "first_token_weight",
+            "weight of a penalty on each head's attention to token 0 (alpha_1; 0 = off; "
+            "train/first_token_penalty.h)");
+  train_int("--first-token-power", "first_token_power",
+            "the penalty's power: 1 (L1) or 2 (L2, the default)");
   cmd->add_flag_function("--bos", [f](int64_t) { f->train["bos"] = true; },
                          "start every sequence with the tokenizer's BOS token");
   cmd->callback([f] { Run(*f); });

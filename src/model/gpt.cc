@@ -883,7 +883,7 @@ bool Gpt::HeadBackward(float grad_scale, const AuxiliaryGradients* aux) {
   Activations& a = acts_;
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += targets_[n] >= 0;
-  if (count == 0 && !(aux && (aux->residual || aux->attention))) return false;
+  if (count == 0 && !(aux && (aux->residual || aux->attention || aux->qkv))) return false;
   float* dlogits = head_.values.data();  // probabilities -> dL/dlogits in place (HeadBuffer)
   if (count == 0) {
     std::fill(dlogits, dlogits + N * V, 0.0f);
@@ -1038,6 +1038,7 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
     internal::KeyBiasBackward(KeyBiasShapeOf(c, B, Tm), views.q.data, lp.key_bias, a.att, d_att,
                               a.lse, a.kb_logit, dviews.q.data, lg.key_bias, tp);
   }
+  if (aux && aux->qkv) AddScaled(N, Q, aux->qkv + l * N * Q, grad_scale, d.qkv.data(), tp);
   if (rope_) {
     ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.q, B, H, Tm, positions_));
     ATTNLAB_RETURN_IF_ERROR(RopeBackward(*rope_, dviews.k, B, Hkv, Tm, positions_));

@@ -63,6 +63,7 @@ class ForwardObserver {
 struct AuxiliaryGradients {
   const float* residual = nullptr;   // [L + 1, N, C] dA/d residual(l), l = 0 .. L
   const float* attention = nullptr;  // [L, N, A] dA/d attention_output(l), A = attn_dim()
+  const float* qkv = nullptr;        // [L, N, Q] dA/d qkv(l) (q and k after RoPE), Q = qkv_dim()
 };
 
 class Gpt {
@@ -156,6 +157,10 @@ class Gpt {
   // activations at a time, so both return null then (a ForwardObserver sees every layer).
   const float* residual(int64_t l) const {
     return cached_ ? nullptr : acts_.res.data() + l * N_ * config_.d_model;
+  }
+  // q | k | v of layer l ([N, Q], q and k after RoPE), as the attention read them.
+  const float* qkv(int64_t l) const {
+    return cached_ ? nullptr : acts_.qkv.data() + l * N_ * config_.qkv_dim();
   }
   // Per-head attention outputs of layer l ([N, H, hd] = [N, A], before the output gate).
   const float* attention_output(int64_t l) const {

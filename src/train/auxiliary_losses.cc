@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "attnlab/thread_pool.h"
+#include "train/first_token_penalty.h"
 
 namespace attnlab {
 
@@ -147,7 +150,7 @@ Status AuxiliaryLosses::Compute(const Gpt& model) {
   if (N < 1) return Status::InvalidArgument("auxiliary losses need a Forward first");
   if (!(options_.temperature > 0)) return Status::InvalidArgument("temperature must be > 0");
   ThreadPool& tp = DefaultThreadPool();
-  diversity_ = contrastive_ = 0;
+  diversity_ = contrastive_ = first_token_ = 0;
   grads_ = AuxiliaryGradients();
   // Head diversity: tasks are (layer, block of rows); partial sums reduced in task order.
   if (options_.diversity_weight != 0 && H >= 2) {
@@ -188,6 +191,57 @@ Status AuxiliaryLosses::Compute(const Gpt& model) {
     for (double p : part) contrastive_ += p;
     grads_.residual = d_res_.data();
   }
+  if (options_.first_token_weight != 0) ATTNLAB_RETURN_IF_ERROR(ComputeFirstToken(model));
+  return Status::Ok();
+}
+
+// R = 1/(L H) sum_{l,h} a_{l,h}^p with a_{l,h} = 1/B sum_b alpha_{b,l,h} (first_token_penalty.h):
+// first every alpha, then dR/d q|k = sum_b dR/d a_{l,h} / B * d alpha_{b,l,h}/d q|k. Tasks are
+// (layer, sequence, kv head): a task owns its kv head's key gradients and its heads' queries.
+Status AuxiliaryLosses::ComputeFirstToken(const Gpt& model) {
+  const ModelConfig& c = model.config();
+  ATTNLAB_RETURN_IF_ERROR(CheckFirstTokenPenaltySupported(c));
+  const int p = options_.first_token_power;
+  if (p != 1 && p != 2) {
+    return Status::InvalidArgument("the first-token penalty's power must be 1 (L1) or 2 (L2), not " +
+                                   std::to_string(p));
+  }
+  const int64_t L = c.n_layer, H = c.n_head, Hkv = c.kv_heads(), group = H / Hkv;
+  const int64_t hd = c.head_dim(), Q = c.qkv_dim();
+  const int64_t B = model.last_batch(), Tm = model.last_len(), N = B * Tm;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  ThreadPool& tp = DefaultThreadPool();
+  auto q_of = [&](int64_t l, int64_t b, int64_t h) { return model.qkv(l) + b * Tm * Q + h * hd; };
+  auto k_of = [&](int64_t l, int64_t b, int64_t g) {
+    return model.qkv(l) + b * Tm * Q + (H + g) * hd;
+  };
+  std::vector<double> alpha(L * B * H);  // [l][b][h]
+  tp.ParallelFor(L * B * H, [&](int64_t task, int) {
+    const int64_t l = task / (B * H), b = task / H % B, h = task % H;
+    alpha[task] = FirstKeyShare<float>(q_of(l, b, h), Q, k_of(l, b, h / group), Q, Tm, hd, scale,
+                                       nullptr, nullptr, 0.0);
+  });
+  std::vector<double> coef(L * H);  // dR/d a_{l,h} / B
+  first_token_ = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      double a = 0;
+      for (int64_t b = 0; b < B; ++b) a += alpha[(l * B + b) * H + h];
+      a /= static_cast<double>(B);
+      first_token_ += (p == 1 ? a : a * a) / static_cast<double>(L * H);
+      coef[l * H + h] = (p == 1 ? 1.0 : 2.0 * a) / static_cast<double>(L * H * B);
+    }
+  }
+  d_qkv_.assign(L * N * Q, 0.0f);
+  tp.ParallelFor(L * B * Hkv, [&](int64_t task, int) {
+    const int64_t l = task / (B * Hkv), b = task / Hkv % B, g = task % Hkv;
+    float* base = d_qkv_.data() + l * N * Q + b * Tm * Q;
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      FirstKeyShare<float>(q_of(l, b, h), Q, k_of(l, b, g), Q, Tm, hd, scale, base + h * hd,
+                           base + (H + g) * hd, options_.first_token_weight * coef[l * H + h]);
+    }
+  });
+  grads_.qkv = d_qkv_.data();
   return Status::Ok();
 }
 

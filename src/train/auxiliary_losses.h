@@ -22,8 +22,11 @@
 // sequence's tokens: identical (collapsed) tokens cannot, so the loss pushes them apart while
 // keeping each token's identity across depth. A zero row counts as u = 0 (no gradient).
 //
-// Total auxiliary loss A = diversity_weight * D + contrastive_weight * I; its gradients go into
-// Gpt::Backward through AuxiliaryGradients (model/gpt.h).
+// The first-token penalty R against attention sinks (train/first_token_penalty.h: the mean over
+// layers and heads of alpha_1^p) is the third term.
+//
+// Total auxiliary loss A = diversity_weight * D + contrastive_weight * I + first_token_weight * R;
+// its gradients go into Gpt::Backward through AuxiliaryGradients (model/gpt.h).
 #ifndef ATTNLAB_TRAIN_AUXILIARY_LOSSES_H_
 #define ATTNLAB_TRAIN_AUXILIARY_LOSSES_H_
 
@@ -56,6 +59,8 @@ struct AuxiliaryLossOptions {
   double diversity_weight = 0;    // weight of D
   double contrastive_weight = 0;  // weight of I
   double temperature = 0.1;       // tau
+  double first_token_weight = 0;  // weight of R
+  int first_token_power = 2;      // p of R: 1 (L1) or 2 (L2)
 };
 
 class AuxiliaryLosses {
@@ -68,8 +73,10 @@ class AuxiliaryLosses {
 
   double diversity() const { return diversity_; }      // D (unweighted)
   double contrastive() const { return contrastive_; }  // I (unweighted)
+  double first_token() const { return first_token_; }  // R (unweighted)
   double loss() const {                                // A
-    return options_.diversity_weight * diversity_ + options_.contrastive_weight * contrastive_;
+    return options_.diversity_weight * diversity_ + options_.contrastive_weight * contrastive_ +
+           options_.first_token_weight * first_token_;
   }
   // dA/d activations, for Gpt::Backward(grad_scale, &gradients()).
   const AuxiliaryGradients& gradients() const { return grads_; }
@@ -77,8 +84,9 @@ class AuxiliaryLosses {
 
  private:
   AuxiliaryLossOptions options_;
-  double diversity_ = 0, contrastive_ = 0;
-  std::vector<float> d_res_, d_att_;  // [L + 1, N, C], [L, N, C]
+  double diversity_ = 0, contrastive_ = 0, first_token_ = 0;
+  std::vector<float> d_res_, d_att_, d_qkv_;  // [L + 1, N, C], [L, N, A], [L, N, Q]
+  Status ComputeFirstToken(const Gpt& model);
   AuxiliaryGradients grads_;
 };
 

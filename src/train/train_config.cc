@@ -87,7 +87,9 @@ json DefaultTrainJson() {
               {"first_token_replace", d.first_token_replace},
               {"first_token_drop", d.first_token_drop},
               {"diversity_weight", d.diversity_weight},
-              {"contrastive_weight", d.contrastive_weight}};
+              {"contrastive_weight", d.contrastive_weight},
+              {"first_token_weight", d.first_token_weight},
+              {"first_token_power", d.first_token_power}};
 }
 
 Result<TrainSettings> TrainSettingsFromJson(const json& train) {
@@ -152,6 +154,11 @@ Result<TrainSettings> TrainSettingsFromJson(const json& train) {
       NumberKey(j, "diversity_weight", weight, "in [0, 1000]", &o.diversity_weight));
   ATTNLAB_RETURN_IF_ERROR(
       NumberKey(j, "contrastive_weight", weight, "in [0, 1000]", &o.contrastive_weight));
+  ATTNLAB_RETURN_IF_ERROR(
+      NumberKey(j, "first_token_weight", weight, "in [0, 1000]", &o.first_token_weight));
+  int64_t power = 2;
+  ATTNLAB_RETURN_IF_ERROR(IntKey(j, "first_token_power", 1, 2, &power));
+  o.first_token_power = static_cast<int>(power);
   if (o.opt.lr > 0 && !(static_cast<float>(o.opt.lr) > 0)) {
     return Status::InvalidArgument("training option 'lr' underflows to 0 in float");
   }

@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/first_token_penalty.h"
 #include "train/token_data.h"
 
 namespace attnlab {
@@ -59,6 +60,8 @@ nlohmann::json TrainOptions::ToJson() const {
                         {"first_token_drop", first_token_drop},
                         {"diversity_weight", diversity_weight},
                         {"contrastive_weight", contrastive_weight},
+                        {"first_token_weight", first_token_weight},
+                        {"first_token_power", first_token_power},
                         {"lr", opt.lr},
                         {"min_lr", opt.min_lr},
                         {"beta1", opt.beta1},
@@ -88,10 +91,13 @@ Trainer::Trainer(Gpt* model, TrainOptions options, std::vector<int32_t> train_to
   }());
   inputs_.resize(options_.batch * seq_len_);
   targets_.resize(options_.batch * seq_len_);
-  if (options_.diversity_weight != 0 || options_.contrastive_weight != 0) {
+  if (options_.diversity_weight != 0 || options_.contrastive_weight != 0 ||
+      options_.first_token_weight != 0) {
     AuxiliaryLossOptions ao;
     ao.diversity_weight = options_.diversity_weight;
     ao.contrastive_weight = options_.contrastive_weight;
+    ao.first_token_weight = options_.first_token_weight;
+    ao.first_token_power = options_.first_token_power;
     aux_ = std::make_unique<AuxiliaryLosses>(ao);
   }
 }
@@ -161,7 +167,7 @@ Status Trainer::AccumulateGradients(int64_t step, TrainRecord* rec, bool* finite
   const int64_t B = options_.batch, T = seq_len_;
   const int P = comm_->size();
   model_->grads().Zero();
-  double loss_sum = 0, aux_sum = 0, div_sum = 0, con_sum = 0;
+  double loss_sum = 0, aux_sum = 0, div_sum = 0, con_sum = 0, first_sum = 0;
   int64_t nonfinite = 0;
   for (int64_t a = 0; a < options_.accum; ++a) {
     FirstTokenAugment aug;
@@ -183,6 +189,7 @@ Status Trainer::AccumulateGradients(int64_t step, TrainRecord* rec, bool* finite
         aux_sum += aux_->loss();
         div_sum += aux_->diversity();
         con_sum += aux_->contrastive();
+        first_sum += aux_->first_token();
       } else {
         ATTNLAB_RETURN_IF_ERROR(model_->Backward(1.0f / options_.accum));
       }
@@ -234,6 +241,7 @@ Status Trainer::AccumulateGradients(int64_t step, TrainRecord* rec, bool* finite
   rec->aux_loss = aux_sum / options_.accum;
   rec->diversity = div_sum / options_.accum;
   rec->contrastive = con_sum / options_.accum;
+  rec->first_token = first_sum / options_.accum;
   return Status::Ok();
 }
 
@@ -255,12 +263,19 @@ Status Trainer::Run(int64_t until) {
   if ((options_.first_token_replace > 0 || options_.first_token_drop > 0) && options_.bos < 0) {
     return Status::InvalidArgument("first-token augmentation needs a BOS token (options.bos)");
   }
+  if (options_.first_token_weight != 0) {
+    ATTNLAB_RETURN_IF_ERROR(CheckFirstTokenPenaltySupported(model_->config()));
+    if (options_.first_token_power != 1 && options_.first_token_power != 2) {
+      return Status::InvalidArgument("the first-token penalty's power must be 1 or 2, not " +
+                                     std::to_string(options_.first_token_power));
+    }
+  }
   const int P = comm_->size();
   const bool root = comm_->root();
   if (P > 1) {
     if (aux_ || options_.auxiliary) {
       return Status::InvalidArgument(
-          "the auxiliary losses (diversity, contrastive) are not supported in a distributed run "
+          "the auxiliary losses (diversity, contrastive, first-token penalty) are not supported in a distributed run "
           "(" + std::to_string(P) + " ranks): their value is not a sum over sequences");
     }
     if (B < P) {
@@ -367,6 +382,7 @@ Status Trainer::Run(int64_t until) {
         j["aux_loss"] = rec.aux_loss;
         j["diversity"] = rec.diversity;
         j["contrastive"] = rec.contrastive;
+        if (options_.first_token_weight != 0) j["first_token_penalty"] = rec.first_token;
       }
       if (!rec.probe.is_null()) j["probe"] = rec.probe;
       if (P > 1) {

@@ -72,6 +72,10 @@ struct TrainOptions {
   // penalty (weight of D) and an InfoNCE loss between consecutive layers (weight of I), added to
   // the LM loss with hand-written gradients. TrainRecord::loss stays the LM loss alone.
   double diversity_weight = 0, contrastive_weight = 0;
+  // A penalty on each head's attention to the first token (train/first_token_penalty.h): weight
+  // of R = mean over layers and heads of alpha_1^power (power 1: L1, 2: L2), 0 = off.
+  double first_token_weight = 0;
+  int first_token_power = 2;
   bool quiet = false;  // no progress line (tests)
   nlohmann::json meta = nlohmann::json::object();  // stored in checkpoints (tokenizer, data...)
   // The ranks sharing each batch (data parallel); null: dist::World().
@@ -89,8 +93,9 @@ struct TrainRecord {
   double allreduce_s = 0;       // on the communication thread
   double allreduce_hidden = 1;  // share of it the backward hid (1 - exposed / allreduce_s)
   int64_t allreduce_bytes = 0;  // sent by this rank
-  double aux_loss = 0;   // weighted auxiliary loss (diversity_weight D + contrastive_weight I)
-  double diversity = 0, contrastive = 0;  // D and I (unweighted), 0 when off
+  double aux_loss = 0;   // weighted auxiliary loss (diversity_weight D + contrastive_weight I
+                         // + first_token_weight R)
+  double diversity = 0, contrastive = 0, first_token = 0;  // D, I and R (unweighted), 0 when off
   nlohmann::json probe;  // null, or what TrainOptions::probe measured at this step
 };
 
