@@ -336,6 +336,8 @@ void RegisterTrainCommand(CLI::App& app) {
       [f](int64_t) { f->model["output_gate"] = true, f->model["gate_elementwise"] = true; },
       "element-wise output gate: one sigmoid per attention channel (implies --gate)");
   model_flag("--mask-first-key", "mask_first_key", true, "no query attends to token 0");
+  model_flag("--position-every-layer", "position_every_layer", true,
+             "add the learned positions before every layer, not only the first (--position learned)");
   model_flag("--key-bias", "key_bias", true,
              "a learnable key with a zero value per layer and kv head (Gu et al. 2024)");
   model_flag("--sink-token", "sink_token", true, "a learnable sink token before every sequence");

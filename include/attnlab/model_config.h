@@ -84,6 +84,11 @@ struct ModelConfig {
   bool tie_embeddings = true;  // lm_head = wte^T
   // Positions.
   PositionEncoding position = PositionEncoding::kRope;
+  // Learned positions only: add the position table to the residual stream entering every layer,
+  // not only the first (the mission's sinks document proposes injecting position at every layer
+  // so the model leans less on the first position; Universal Transformers add their coordinate
+  // embedding at every step, Dehghani et al. 2018, arXiv:1807.03819). One shared table.
+  bool position_every_layer = false;
   RopeLayout rope_layout = RopeLayout::kNeox;
   int64_t rotary_dim = 0;  // 0: head_dim
   double rope_base = 10000.0;

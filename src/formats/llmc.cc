@@ -74,7 +74,9 @@ Status CheckGpt2Shaped(const ModelConfig& c) {
   auto bad = [](const std::string& what) {
     return Status::InvalidArgument("llm.c stores only GPT-2 shaped models: " + what);
   };
-  if (c.position != PositionEncoding::kLearned) return bad("positions must be learned");
+  if (c.position != PositionEncoding::kLearned || c.position_every_layer) {
+    return bad("positions must be learned, added once at the input");
+  }
   if (c.sink_token) return bad("no dedicated sink token");
   if (c.norm != NormPlacement::kPre || c.norm_type != NormType::kLayerNorm || !c.bias) {
     return bad("pre-LN LayerNorm with biases is required");

@@ -506,6 +506,19 @@ void Gpt::EmbedForward(float* pos_out) {
   });
 }
 
+// position_every_layer: x += wpe[position] on the stream entering a layer after the first (the
+// observer saw the previous layer's output before this, so a forward from layer `first` adds
+// them to the rows it is given, as the full forward does).
+void Gpt::AddPositions(float* x) {
+  const int64_t Tm = Tm_, C = config_.d_model;
+  const float* wpe = params_.ptrs().wpe;
+  pool()->ParallelFor(N_, [&](int64_t n, int) {
+    const float* pe = wpe + positions_[n % Tm] * C;
+    float* row = x + n * C;
+    for (int64_t i = 0; i < C; ++i) row[i] += pe[i];
+  });
+}
+
 // The attention sublayer of layer l, from x to mid (Layer(l)):
 //   a_in = LN1(x) (pre-LN) or x;  qkv = a_in W_qkv + b (RoPE on q, k);  att = attention;
 //   attg = g * att, g = sigmoid(a_in W_g + b_g) (output gate) or att;  o = attg W_proj + b;
@@ -842,6 +855,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   const int64_t layers =
       cache && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
   for (int64_t l = first; l < layers; ++l) {
+    if (c.position_every_layer && l > 0) AddPositions(Layer(l).x);
     const AttentionParams ap = MakeAttentionParams(l);
     LayerTensors seen;
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
@@ -1062,6 +1076,24 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
   return Status::Ok();
 }
 
+// position_every_layer: d wpe[t] += dL/dx_l at every row of position t (d_.residual holds
+// dL/dx_l after layer l's backward); per column block, rows in order (deterministic).
+void Gpt::PositionsBackward() {
+  ThreadPool& tp = *pool();
+  const int64_t N = N_, Tm = Tm_, C = config_.d_model;
+  float* gwpe = grads_.ptrs().wpe;
+  const float* dx = d_.residual.data();
+  const int64_t cblocks = std::max<int64_t>(1, std::min<int64_t>(C / 16, 4 * tp.num_threads()));
+  const int64_t cstep = (C + cblocks - 1) / cblocks;
+  tp.ParallelFor(cblocks, [&](int64_t blk, int) {
+    const int64_t c0 = blk * cstep, c1 = std::min(C, c0 + cstep);
+    for (int64_t n = 0; n < N; ++n) {
+      float* dst = gwpe + positions_[n % Tm] * C;
+      for (int64_t i = c0; i < c1; ++i) dst[i] += dx[n * C + i];
+    }
+  });
+}
+
 // x0 = wte[token] + wpe[t]: rows scatter into wte, so reduce per column block with rows in order
 // (deterministic, no atomics).
 void Gpt::EmbedBackward() {
@@ -1112,6 +1144,7 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
   for (int64_t l = L - 1; l >= 0; --l) {
     MlpBlockBackward(l);
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockBackward(l, MakeAttentionParams(l), grad_scale, aux));
+    if (c.position_every_layer && l > 0) PositionsBackward();
     if (backward_listener_) backward_listener_(l);
   }
   EmbedBackward();

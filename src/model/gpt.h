@@ -209,6 +209,7 @@ class Gpt {
   // With pos_out, learned positions go there ([N, C]) instead of into the stream (hooks).
   void EmbedForward(float* pos_out = nullptr);
   Status EmbedForwardHooked();
+  void AddPositions(float* x);  // position_every_layer: x [N, C] += wpe[position]
   Status AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                                LayerTensors* seen);
   Status AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
@@ -236,6 +237,7 @@ class Gpt {
   Status AttentionBlockBackward(int64_t l, const AttentionParams& ap, float grad_scale,
                                 const AuxiliaryGradients* aux);
   void EmbedBackward();
+  void PositionsBackward();  // position_every_layer: d wpe += dL/dx_l
 
   ModelConfig config_;
   ParameterStore params_, grads_;

@@ -29,6 +29,13 @@ std::vector<Variant> Variants() {
       {"pre_ln_rope", [](ModelConfig&) {}},
       {"learned_positions", [](ModelConfig& c) { c.position = PositionEncoding::kLearned; }},
       {"no_positions", [](ModelConfig& c) { c.position = PositionEncoding::kNone; }},
+      {"learned_positions_every_layer",
+       [](ModelConfig& c) { c.position = PositionEncoding::kLearned, c.position_every_layer = true; }},
+      {"positions_every_layer_post_ln_sink_token",
+       [](ModelConfig& c) {
+         c.position = PositionEncoding::kLearned, c.position_every_layer = true;
+         c.norm = NormPlacement::kPost, c.sink_token = true;
+       }},
       {"gptj_partial_rotary",
        [](ModelConfig& c) { c.rope_layout = RopeLayout::kGptJ, c.rotary_dim = 2; }},
       {"post_ln", [](ModelConfig& c) { c.norm = NormPlacement::kPost; }},

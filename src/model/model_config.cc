@@ -256,6 +256,11 @@ Status ValidateModelConfig(const ModelConfig& c) {
                                    ") must be a multiple of n_kv_head (" +
                                    std::to_string(c.kv_heads()) + ")");
   }
+  if (c.position_every_layer && c.position != PositionEncoding::kLearned) {
+    return Status::InvalidArgument(
+        "position_every_layer adds the learned position table before every layer: it needs "
+        "position = learned (RoPE already acts in every layer's attention)");
+  }
   if (c.position == PositionEncoding::kRope) {
     const int64_t rot = c.rotary_dim == 0 ? c.head_dim() : c.rotary_dim;
     if (rot < 2 || rot > c.head_dim() || rot % 2 != 0) {
@@ -322,6 +327,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["parallel_residual"] = c.parallel_residual;
   j["tie_embeddings"] = c.tie_embeddings;
   j["position"] = NameOf(kPositionNames, c.position);
+  j["position_every_layer"] = c.position_every_layer;
   j["rope_layout"] = NameOf(kRopeLayoutNames, c.rope_layout);
   j["rotary_dim"] = c.rotary_dim;
   j["rope_base"] = c.rope_base;
@@ -381,6 +387,7 @@ Result<ModelConfig> ModelConfigFromJson(const std::string& text) {
     else if (k == "parallel_residual") st = ParseBool(v, key, &c.parallel_residual);
     else if (k == "tie_embeddings") st = ParseBool(v, key, &c.tie_embeddings);
     else if (k == "position") st = ParseEnum(kPositionNames, v, key, &c.position);
+    else if (k == "position_every_layer") st = ParseBool(v, key, &c.position_every_layer);
     else if (k == "rope_layout") st = ParseEnum(kRopeLayoutNames, v, key, &c.rope_layout);
     else if (k == "rotary_dim") st = ParseInt(v, key, &c.rotary_dim);
     else if (k == "rope_base") st = ParseFloat(v, key, &c.rope_base);
