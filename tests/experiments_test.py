@@ -197,7 +197,8 @@ def collapse_training(cli, d):
 
 
 SINK_VARIANTS = ["baseline", "mask_first_key", "softmax1", "sink_logit", "sigmoid", "softpick", "output_gate", "output_gate_elementwise",
-                 "key_bias", "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "wd_0", "wd_1", "first_replace",
+                 "key_bias", "sink_token", "sink_token_nobos", "pos_learned", "pos_none", "pos_every_layer",
+                 "penalty_l2_w0.1", "penalty_l2_w1", "penalty_l2_w10", "penalty_l1_w1", "wd_0", "wd_1", "first_replace",
                  "first_drop", "init_small", "init_large"]
 
 
@@ -227,6 +228,20 @@ def sink_claim_rules(by, counts):
             all(rate(v) > 0 for v in ("baseline", "pos_learned", "pos_none")),
         "first-token augmentation weakens the sink":
             rate("first_replace") < rate("baseline") and rate("first_drop") < rate("baseline"),
+        "a penalty on the attention to token 0 removes the sink":
+            rate("penalty_l2_w10") == 0 and
+            by["baseline"]["max_alpha1"] >= by["penalty_l2_w0.1"]["max_alpha1"] >=
+            by["penalty_l2_w1"]["max_alpha1"] >= by["penalty_l2_w10"]["max_alpha1"],
+        "removing the sink with the penalty costs little loss":
+            next((by[v]["val_loss"] <= 1.01 * by["baseline"]["val_loss"]
+                  for v in ("penalty_l2_w0.1", "penalty_l2_w1", "penalty_l2_w10") if rate(v) == 0),
+                 False),
+        "with the sink penalised away, window-only streaming no longer needs token 0":
+            by["penalty_l2_w10"]["stream"]["window_ppl"] <=
+            1.05 * by["penalty_l2_w10"]["stream"]["dense_ppl"],
+        "positions injected at every layer lessen the reliance on the first position":
+            rate("pos_every_layer") < rate("pos_learned") and
+            by["pos_every_layer"]["max_alpha1"] < by["pos_learned"]["max_alpha1"],
         "evicting the sink hurts window-only streaming; keeping token 0 restores it":
             st["window_ppl"] > 1.05 * st["dense_ppl"] and st["sink_ppl"] < st["window_ppl"],
         "a dedicated sink token needs 1 sink to match the vanilla model with 4":
@@ -281,7 +296,7 @@ def sinks(cli, d):
               f"sinks {v}: massive ratio {r['massive_ratio_max']}")
         st = r["stream"]
         check(st["dense_ppl"] is not None and st["dense_ppl"] > 1, f"sinks {v}: dense ppl {st}")
-        if v == "pos_learned":
+        if v in ("pos_learned", "pos_every_layer"):  # learned absolute positions
             check(st["window_ppl"] is None and st["sink_ppl"] is None and st["note"],
                   f"sinks: learned positions should not stream with a rolling cache: {st}")
         else:
