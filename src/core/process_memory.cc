@@ -43,8 +43,10 @@ int64_t PeakResidentBytes() { return ProcField("/proc/self/status", "VmHWM:") * 
 
 int64_t MemAvailableBytes() { return ProcField("/proc/meminfo", "MemAvailable:") * 1024; }
 
+void ReleaseFreeHeap() { malloc_trim(0); }
+
 bool ResetPeakResident() {
-  malloc_trim(0);
+  ReleaseFreeHeap();
   FILE* f = std::fopen("/proc/self/clear_refs", "w");
   if (!f) return false;
   const bool ok = std::fputs("5", f) >= 0;

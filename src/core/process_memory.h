@@ -18,7 +18,12 @@ int64_t PeakResidentBytes();
 // /proc/meminfo); 0 when unavailable.
 int64_t MemAvailableBytes();
 
-// Gives free heap pages back to the kernel (malloc_trim) and resets the peak to the current
+// Gives the heap's free pages back to the kernel (glibc's malloc_trim: the free memory of every
+// arena, not only the top). Long analyses call it between passes: their per-chunk buffers are
+// freed and allocated again, and the arenas would otherwise keep the freed pages resident.
+void ReleaseFreeHeap();
+
+// Gives free heap pages back to the kernel (ReleaseFreeHeap) and resets the peak to the current
 // resident size (writes "5" to /proc/self/clear_refs, Linux >= 4.0). Returns false when the
 // kernel refused the reset (then PeakResidentBytes() keeps the old, higher peak).
 bool ResetPeakResident();

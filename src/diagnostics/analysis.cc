@@ -13,6 +13,7 @@
 #include "attnlab/thread_pool.h"
 #include "core/json_number.h"
 #include "cache/kv_cache.h"
+#include "core/process_memory.h"
 #include "diagnostics/analysis_merge.h"
 #include "engine/attention_explicit.h"
 
@@ -28,21 +29,29 @@ class WindowObserver : public ForwardObserver {
   WindowObserver(const ModelConfig& c, std::vector<AttentionStatsAccumulator>* stats,
                  int64_t window_len, int64_t l0, int64_t l1,
                  std::vector<GateStatsAccumulator>* gates = nullptr,
-                 std::vector<TokenClassAccumulator>* classes = nullptr)
-      : c_(c), stats_(stats), gates_(gates), classes_(classes), l0_(l0), l1_(l1) {
-    const int64_t L = c.n_layer, C = c.d_model, A = c.n_head * c.head_dim();
+                 std::vector<TokenClassAccumulator>* classes = nullptr, int64_t q_rows = 0)
+      : c_(c), stats_(stats), gates_(gates), classes_(classes), l0_(l0), l1_(l1),
+        window_len_(window_len), q_rows_(std::min(q_rows, window_len)) {
+    const int64_t L = c.n_layer, C = c.d_model, H = c.n_head, A = H * c.head_dim();
     res_.assign(L, {});
-    att_.assign(L, {});
     q_.assign(L, {});
     real_share_.assign(L, {});
     key0_.assign(L, {});
     gate_.assign(L, {});
+    cka_.assign(L, {});
+    norm_sum_.assign(L, {});
+    geometry_.assign(L, {});
+    rows_seen_.assign(L, 0);
     if (l0_ == 0 && l1_ > 0) emb_.reserve(window_len * C);
     for (int64_t l = l0_; l < l1_; ++l) {
       res_[l].reserve(window_len * C);
-      att_[l].reserve(window_len * A);
-      q_[l].reserve(window_len * A);
-      if (stats_) key0_[l].reserve(window_len * c.n_head);
+      q_[l].reserve(q_rows_ * A);
+      if (stats_) key0_[l].reserve(window_len * H);
+      auto cka = HeadCkaAccumulator::Create(H, A);
+      if (!cka.ok()) status_ = cka.status();
+      else cka_[l] = std::move(cka).value();
+      norm_sum_[l].assign(H, 0.0);
+      geometry_[l].assign(H, SinkKeyGeometryAccumulator(c.head_dim()));
     }
     k_all_.resize(L);
     v_all_.resize(L);
@@ -93,10 +102,12 @@ class WindowObserver : public ForwardObserver {
     if (t.layer < l0_ || t.layer >= l1_) return;
     if (t.layer == 0) emb_.insert(emb_.end(), t.residual_in, t.residual_in + t.len * C);
     res_[t.layer].insert(res_[t.layer].end(), t.residual_out, t.residual_out + t.len * C);
-    att_[t.layer].insert(att_[t.layer].end(), t.attn_out, t.attn_out + t.len * H * hd);
+    AccumulateHeads(t);
     for (int64_t i = 0; i < t.len; ++i) {
       const float* q = t.qkv + i * Q;
-      q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
+      if (static_cast<int64_t>(q_[t.layer].size()) < q_rows_ * H * hd) {
+        q_[t.layer].insert(q_[t.layer].end(), q, q + H * hd);
+      }
       if (t.gate) {  // [T, G] the gate's sigmoids (G = gate_dim())
         const int64_t G = c_.gate_dim();
         gate_[t.layer].insert(gate_[t.layer].end(), t.gate + i * G, t.gate + (i + 1) * G);
@@ -110,6 +121,33 @@ class WindowObserver : public ForwardObserver {
     }
   }
 
+  // The heads' sums over the window's first window_len rows (what LayerMetrics reads): the CKA
+  // Gram and each head's output norms from the attention output, the sink-key geometry from the
+  // queries at their key positions (len_k - len + i) against the keys so far. No [T, H hd]
+  // stream is kept for them.
+  void AccumulateHeads(const LayerTensors& t) {
+    const int64_t l = t.layer, H = c_.n_head, hd = c_.head_dim(), A = H * hd, Q = c_.qkv_dim();
+    const int64_t group = H / c_.kv_heads();
+    const int64_t take = std::min(t.len, window_len_ - rows_seen_[l]);
+    rows_seen_[l] += t.len;
+    if (take <= 0 || !status_.ok()) return;
+    status_ = cka_[l].Add(TokenMatrix{t.attn_out, take, A, A}, &DefaultThreadPool());
+    for (int64_t i = 0; i < take; ++i) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float* o = t.attn_out + i * A + h * hd;
+        double n = 0;
+        for (int64_t d = 0; d < hd; ++d) n += static_cast<double>(o[d]) * o[d];
+        norm_sum_[l][h] += std::sqrt(n);
+      }
+    }
+    for (int64_t h = 0; h < H && status_.ok(); ++h) {
+      const AttentionTensor& k = t.k_all;
+      status_ = geometry_[l][h].Add(TokenMatrix{t.qkv + h * hd, take, hd, Q},
+                                    TokenMatrix{k.at(0, h / group, 0), t.len_k, hd, k.stride_token},
+                                    t.len_k - t.len);
+    }
+  }
+
   Status status_;
   ModelConfig c_;
   std::vector<AttentionStatsAccumulator>* stats_;  // null: statistics gathered elsewhere
@@ -117,8 +155,14 @@ class WindowObserver : public ForwardObserver {
   std::vector<TokenClassAccumulator>* classes_;    // null: not computed
   bool classes_unsupported_ = false;               // a layer's softmax has no distribution
   int64_t l0_, l1_;
+  int64_t window_len_;  // T: the rows the metrics read (a sink token's row makes T + 1)
+  int64_t q_rows_;      // queries kept for the maps (the first rows of the first window)
   std::vector<float> emb_;
-  std::vector<std::vector<float>> res_, att_, q_;  // per layer [T, C], [T, H hd], [T, H hd]
+  std::vector<std::vector<float>> res_, q_;  // per layer [T, C], [q_rows, H hd]
+  std::vector<HeadCkaAccumulator> cka_;      // per kept layer
+  std::vector<std::vector<double>> norm_sum_;  // per layer [H] sum of |o_{h,i}|
+  std::vector<std::vector<SinkKeyGeometryAccumulator>> geometry_;  // per layer [H]
+  std::vector<int64_t> rows_seen_;           // per layer
   std::vector<std::vector<float>> real_share_;     // per layer [T, H] (key_bias only)
   std::vector<std::vector<float>> key0_;           // per layer [T, H] P[i, 0] (with stats)
   std::vector<float> chunk_key0_;                  // [H, len] of the current chunk
@@ -200,25 +244,18 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
     acc->value_drain[hk] += drain.ratio;
   }
   std::vector<float> first(H * T);  // [H, T] P[i, 0]
-  if (static_cast<int64_t>(obs.key0_[l].size()) == T * H) {
-    // From the attention statistics' pass (key_bias included in its normaliser).
-    for (int64_t i = 0; i < T; ++i) {
-      for (int64_t h = 0; h < H; ++h) first[h * T + i] = obs.key0_[l][i * H + h];
-    }
-  } else {  // no statistics pass over this layer: score the rows here
-    const AttentionShape shape{1, H, Hkv, T, obs.len_k_[l], hd};
-    ATTNLAB_RETURN_IF_ERROR(AttentionRowStats(
-        shape, obs.params_[l], TokenMajorView<const float>(obs.q_[l].data(), 1, H, T, hd),
-        obs.k_all_[l], {}, first, {}));
-    if (!obs.real_share_[l].empty()) {  // key_bias: P[i, 0] of the row with the bias entry
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t i = 0; i < T; ++i) first[h * T + i] *= obs.real_share_[l][i * H + h];
-      }
-    }
+  if (static_cast<int64_t>(obs.key0_[l].size()) < T * H) {
+    return Status::Internal("analysis: layer " + std::to_string(l) + " has " +
+                            std::to_string(obs.key0_[l].size() / H) + " rows of P[i, 0], not " +
+                            std::to_string(T));
   }
-  ATTNLAB_ASSIGN_OR_RETURN(
-      const std::vector<HeadActivity> act,
-      ClassifyHeadActivity(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H, first, o.sink_eps));
+  // From the attention statistics' pass (key_bias included in its normaliser).
+  std::vector<double> first_sum(H, 0.0);
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t h = 0; h < H; ++h) first_sum[h] += first[h * T + i] = obs.key0_[l][i * H + h];
+  }
+  ATTNLAB_ASSIGN_OR_RETURN(const std::vector<HeadActivity> act,
+                           ClassifyHeadActivityFromSums(first_sum, obs.norm_sum_[l], T, o.sink_eps));
   for (int64_t h = 0; h < H; ++h) {
     acc->heads[h].dormant_share += act[h].dormant ? 1.0 : 0.0;
     acc->heads[h].output_norm_ratio += act[h].output_norm_ratio;
@@ -248,6 +285,11 @@ Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const Wi
 Result<std::vector<float>> FullMaps(const ModelConfig& c, const WindowObserver& obs, int64_t l,
                                     int64_t n, int64_t keys) {
   const int64_t H = c.n_head, hd = c.head_dim();
+  if (static_cast<int64_t>(obs.q_[l].size()) < n * H * hd) {
+    return Status::Internal("analysis: the map of layer " + std::to_string(l) + " needs " +
+                            std::to_string(n) + " query rows, the observer kept " +
+                            std::to_string(obs.q_[l].size() / (H * hd)));
+  }
   const AttentionShape shape{1, H, c.kv_heads(), n, keys, hd};
   std::vector<float> out(n * H * hd), probs(H * n * keys);
   AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, n, hd);
@@ -283,17 +325,14 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
                                                           &DefaultThreadPool()));
     AddStream(la.output, m, w);
     if (T >= 2) {
-      ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka,
-                               ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd), H,
-                                                    &DefaultThreadPool()));
+      ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka, obs.cka_[l].Finish());
       for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
     }
     if (T >= 2) ATTNLAB_RETURN_IF_ERROR(AddExtremeTokens(c, o, obs, l, T, &la.extreme));
     for (int64_t h = 0; h < H; ++h) {
       const AttentionTensor& k = obs.k_all_[l];
-      TokenMatrix qm = MakeTokenMatrix(obs.q_[l].data() + h * hd, T, hd, H * hd);
       TokenMatrix km{k.at(0, h / group, 0), obs.len_k_[l], hd, k.stride_token};
-      ATTNLAB_ASSIGN_OR_RETURN(SinkKeyGeometry g, ComputeSinkKeyGeometry(qm, km));
+      ATTNLAB_ASSIGN_OR_RETURN(SinkKeyGeometry g, obs.geometry_[l][h].Finish(km));
       la.geometry[h].key_norm_ratio += g.key_norm_ratio;
       la.geometry[h].cos_key0 += g.cos_key0;
       la.geometry[h].cos_key_other += g.cos_key_other;
@@ -323,11 +362,21 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
   return Status::Ok();
 }
 
-// Layers whose three streams (residual [T, C], attention output and queries [T, H hd], floats)
-// fit `budget` bytes; all of them when budget <= 0. At least one.
+// The first window's query rows the maps read: all T for the plotted heads' full maps (when T
+// fits --plot-max), the first view_tokens for the per-layer views.
+int64_t MapQueryRows(const AnalysisOptions& o, int64_t T) {
+  int64_t rows = 0;
+  if (!o.plot_heads.empty() && T <= o.plot_max) rows = T;
+  if (o.view_layer && o.view_tokens > 0) rows = std::max(rows, std::min(T, o.view_tokens));
+  return rows;
+}
+
+// Layers whose residual stream ([T, C] floats) and head sums (the CKA's [A, A] double Gram,
+// A = H hd) fit `budget` bytes; all of them when budget <= 0. At least one.
 int64_t LayersPerPass(const ModelConfig& c, int64_t T, int64_t budget) {
   if (budget <= 0) return c.n_layer;
-  const int64_t per_layer = T * (c.d_model + 2 * c.n_head * c.head_dim()) * 4;
+  const int64_t A = c.n_head * c.head_dim();
+  const int64_t per_layer = T * c.d_model * 4 + A * A * 8;
   return std::clamp<int64_t>(budget / std::max<int64_t>(1, per_layer), 1, c.n_layer);
 }
 
@@ -446,10 +495,14 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
         o.classes ? WindowKeyClasses(c, o, seq, deciles) : std::vector<uint32_t>();
     std::vector<float> handoff;
     for (size_t g = 0; g < groups.size(); ++g) {
+      // The previous pass freed its streams and, chunk by chunk, its forward's buffers; without
+      // this the allocator's arenas keep those pages resident and grow pass after pass
+      // (docs/PERFORMANCE.md: ~670 MB at 32k tokens).
+      if (long_window && g > 0) ReleaseFreeHeap();
       const auto [l0, l1] = groups[g];
       const auto tp = std::chrono::steady_clock::now();
       WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr,
-                         o.classes ? &classes : nullptr);
+                         o.classes ? &classes : nullptr, w == 0 ? MapQueryRows(o, T) : 0);
       for (int64_t l = l0; l < l1 && o.classes; ++l) {
         ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(key_classes));
       }

@@ -43,16 +43,31 @@ Result<std::vector<HeadActivity>> ClassifyHeadActivity(const TokenMatrix& att, i
                                    std::to_string(first.size()));
   }
   const int64_t T = att.rows, hd = att.cols / heads;
+  std::vector<double> first_sum(heads, 0.0), norm_sum(heads, 0.0);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < T; ++i) {
+      first_sum[h] += first[h * T + i];
+      norm_sum[h] += RowNorm(att.row(i) + h * hd, hd);
+    }
+  }
+  return ClassifyHeadActivityFromSums(first_sum, norm_sum, T, eps);
+}
+
+Result<std::vector<HeadActivity>> ClassifyHeadActivityFromSums(std::span<const double> first_sum,
+                                                               std::span<const double> norm_sum,
+                                                               int64_t T, double eps) {
+  const int64_t heads = static_cast<int64_t>(first_sum.size());
+  if (heads < 1 || norm_sum.size() != first_sum.size() || T < 1) {
+    return Status::InvalidArgument("head activity: " + std::to_string(first_sum.size()) +
+                                   " key-0 sums, " + std::to_string(norm_sum.size()) +
+                                   " norm sums and " + std::to_string(T) +
+                                   " rows; need one of each per head and T >= 1");
+  }
   std::vector<HeadActivity> out(heads);
   double all = 0;
   for (int64_t h = 0; h < heads; ++h) {
-    double a = 0, norm = 0;
-    for (int64_t i = 0; i < T; ++i) {
-      a += first[h * T + i];
-      norm += RowNorm(att.row(i) + h * hd, hd);
-    }
-    out[h].alpha_1 = a / static_cast<double>(T);
-    out[h].output_norm_ratio = norm / static_cast<double>(T);  // the mean norm, for now
+    out[h].alpha_1 = first_sum[h] / static_cast<double>(T);
+    out[h].output_norm_ratio = norm_sum[h] / static_cast<double>(T);  // the mean norm, for now
     all += out[h].output_norm_ratio;
   }
   const double mean_all = all / static_cast<double>(heads);

@@ -39,6 +39,12 @@ inline constexpr double kDormantOutputRatio = 0.5;
 // sink threshold (Gu et al.'s, 0.3 by default). InvalidArgument on inconsistent sizes.
 Result<std::vector<HeadActivity>> ClassifyHeadActivity(const TokenMatrix& att, int64_t heads,
                                                        std::span<const float> first, double eps);
+// The same from sums over the T rows (what a long window accumulates chunk by chunk instead of
+// keeping [T, heads * hd]): first_sum[h] = sum_i P[i, 0], norm_sum[h] = sum_i |o_{h,i}|.
+// InvalidArgument unless both have the same size >= 1 and T >= 1.
+Result<std::vector<HeadActivity>> ClassifyHeadActivityFromSums(std::span<const double> first_sum,
+                                                               std::span<const double> norm_sum,
+                                                               int64_t T, double eps);
 
 }  // namespace attnlab
 

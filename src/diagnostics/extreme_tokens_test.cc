@@ -52,6 +52,26 @@ TEST(ExtremeTokens, HeadActivityByHand) {
                    .ok());
 }
 
+// From sums (what analyze accumulates chunk by chunk): the same classification as from rows.
+TEST(ExtremeTokens, HeadActivityFromSumsMatchesRows) {
+  const std::vector<float> att = {2, 0, 0.1f, 0, 0, 0.1f,  //
+                                  0, 2, 0, 0.1f, 0.1f, 0};
+  const std::vector<float> first = {0.9f, 0.9f, 0.8f, 0.8f, 0.2f, 0.2f};
+  auto rows = ClassifyHeadActivity(MakeTokenMatrix(att.data(), 2, 6), 3, first, 0.3);
+  const std::vector<double> first_sum = {0.9f + 0.9f, 0.8f + 0.8f, 0.2f + 0.2f};
+  const std::vector<double> norm_sum = {4.0, 0.1f + 0.1f, 0.1f + 0.1f};  // per row: 2, 0.1, 0.1
+  auto sums = ClassifyHeadActivityFromSums(first_sum, norm_sum, 2, 0.3);
+  ASSERT_TRUE(rows.ok() && sums.ok());
+  for (int h = 0; h < 3; ++h) {
+    EXPECT_NEAR(sums.value()[h].alpha_1, rows.value()[h].alpha_1, 1e-12);
+    EXPECT_NEAR(sums.value()[h].output_norm_ratio, rows.value()[h].output_norm_ratio, 1e-7);
+    EXPECT_EQ(sums.value()[h].dormant, rows.value()[h].dormant);
+  }
+  EXPECT_FALSE(ClassifyHeadActivityFromSums(first_sum, std::span<const double>(norm_sum).first(2), 2, 0.3).ok());
+  EXPECT_FALSE(ClassifyHeadActivityFromSums(first_sum, norm_sum, 0, 0.3).ok());
+  EXPECT_FALSE(ClassifyHeadActivityFromSums({}, {}, 2, 0.3).ok());
+}
+
 // One layer, no norms, no MLP, no positions, C = 8 = 2 heads of 4. Token 9 is the BOS, embedded
 // as 10 e_0; every other token has channel 0 = 0. Head 1: q = (5, 0, 0, 0) (a bias), k = x_0 e_0,
 // so the BOS scores 25 and every other key 0: all its attention on the BOS (P_other ~ e^-25).

@@ -94,12 +94,17 @@ constexpr int64_t kBlock = 128;
 // padding to a multiple of 16 columns) and every column tile of G adds the block's products, the
 // tiles shared among the pool's threads. Each entry sums its T products in row order, so the
 // result does not depend on the thread count.
-Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
+// The leading dimension of the padded Gram buffers (a multiple of 16 columns).
+int64_t GramLd(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Adds Sc^T Sc of s's rows into the lower triangle of g [n, ld] (ld = GramLd(n)); block: a
+// scratch of kBlock * ld doubles, zero where this never writes (the padding columns).
+void AddFeatureGram(const Segments& s, ThreadPool* pool, double* g, std::vector<double>& block) {
   const int64_t T = s.rows(), n = s.cols();
   const internal::GramTable& kernel = internal::ActiveKernels().gram;
-  const int64_t width = kernel.gram_columns(), ld = (n + 15) / 16 * 16;
+  const int64_t width = kernel.gram_columns(), ld = GramLd(n);
   const int64_t tiles = (n + width - 1) / width;
-  std::vector<double> g(ld * ld, 0.0), block(kBlock * ld, 0.0);
+  if (static_cast<int64_t>(block.size()) < kBlock * ld) block.assign(kBlock * ld, 0.0);
   for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
     const int64_t rows = std::min(kBlock, T - t0);
     int64_t col = 0;
@@ -116,7 +121,7 @@ Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
       col += x.cols;
     }
     auto tile = [&](int64_t j) {
-      kernel.gram_lower_columns(block.data(), rows, ld, n, j * width, g.data(), ld);
+      kernel.gram_lower_columns(block.data(), rows, ld, n, j * width, g, ld);
     };
     if (pool && tiles > 1) {
       pool->ParallelFor(tiles, [&](int64_t j, int) { tile(j); });
@@ -124,6 +129,12 @@ Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
       for (int64_t j = 0; j < tiles; ++j) tile(j);
     }
   }
+}
+
+Eigen::MatrixXd FeatureGram(const Segments& s, ThreadPool* pool) {
+  const int64_t n = s.cols(), ld = GramLd(n);
+  std::vector<double> g(ld * ld, 0.0), block;
+  AddFeatureGram(s, pool, g.data(), block);
   Eigen::MatrixXd out = Eigen::MatrixXd::Zero(n, n);
   for (int64_t a = 0; a < n; ++a) {
     for (int64_t b = 0; b <= a; ++b) out(a, b) = g[a * ld + b];
@@ -479,20 +490,8 @@ Result<double> ComputeLinearCka(const TokenMatrix& x, const TokenMatrix& y, Thre
   return CkaFromGram(g, 0, x.cols, x.cols, y.cols);
 }
 
-Result<std::vector<double>> ComputeHeadCkaMatrix(const TokenMatrix& heads, int64_t num_heads,
-                                                 ThreadPool* pool) {
-  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(heads, "heads"));
-  if (num_heads < 1 || heads.cols % num_heads != 0) {
-    return Status::InvalidArgument("head CKA: " + std::to_string(heads.cols) +
-                                   " columns do not split into " + std::to_string(num_heads) +
-                                   " heads; pass [T, H * hd] with H >= 1");
-  }
-  const int64_t H = num_heads, hd = heads.cols / H;
-  const std::vector<double> mean = ColumnMean(heads);
-  Segments s;
-  s.parts = {heads};
-  s.means = {&mean};
-  const Eigen::MatrixXd g = FeatureGram(s, pool);
+// The H x H CKA matrix from the centred feature Gram of [T, H hd] (lower triangle valid).
+std::vector<double> HeadCkaFromGram(const Eigen::MatrixXd& g, int64_t H, int64_t hd) {
   std::vector<double> norms(H);  // |X_h^T X_h|_F
   for (int64_t h = 0; h < H; ++h) norms[h] = std::sqrt(BlockFrobeniusSq(g, h * hd, hd, h * hd, hd));
   std::vector<double> cka(H * H, 0.0);
@@ -510,21 +509,155 @@ Result<std::vector<double>> ComputeHeadCkaMatrix(const TokenMatrix& heads, int64
   return cka;
 }
 
+Status CheckHeadSplit(int64_t cols, int64_t num_heads) {
+  if (num_heads < 1 || cols < 1 || cols % num_heads != 0) {
+    return Status::InvalidArgument("head CKA: " + std::to_string(cols) +
+                                   " columns do not split into " + std::to_string(num_heads) +
+                                   " heads; pass [T, H * hd] with H >= 1");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<double>> ComputeHeadCkaMatrix(const TokenMatrix& heads, int64_t num_heads,
+                                                 ThreadPool* pool) {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(heads, "heads"));
+  ATTNLAB_RETURN_IF_ERROR(CheckHeadSplit(heads.cols, num_heads));
+  const std::vector<double> mean = ColumnMean(heads);
+  Segments s;
+  s.parts = {heads};
+  s.means = {&mean};
+  return HeadCkaFromGram(FeatureGram(s, pool), num_heads, heads.cols / num_heads);
+}
+
+Result<HeadCkaAccumulator> HeadCkaAccumulator::Create(int64_t num_heads, int64_t cols) {
+  ATTNLAB_RETURN_IF_ERROR(CheckHeadSplit(cols, num_heads));
+  HeadCkaAccumulator a;
+  a.heads_ = num_heads;
+  a.cols_ = cols;
+  a.sum_.assign(cols, 0.0);
+  a.gram_.assign(GramLd(cols) * GramLd(cols), 0.0);
+  return a;
+}
+
+Status HeadCkaAccumulator::Add(const TokenMatrix& rows, ThreadPool* pool) {
+  if (cols_ == 0) return Status::InvalidArgument("head CKA accumulator: not created");
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(rows, "heads"));
+  if (rows.cols != cols_) {
+    return Status::InvalidArgument("head CKA accumulator: rows have " + std::to_string(rows.cols) +
+                                   " columns, the first had " + std::to_string(cols_));
+  }
+  if (rows_ == 0) shift_ = ColumnMean(rows);  // near the final mean: a well-conditioned shift
+  Segments s;
+  s.parts = {rows};
+  s.means = {&shift_};
+  AddFeatureGram(s, pool, gram_.data(), block_);
+  for (int64_t t = 0; t < rows.rows; ++t) {
+    const float* r = rows.row(t);
+    for (int64_t c = 0; c < cols_; ++c) sum_[c] += r[c];
+  }
+  rows_ += rows.rows;
+  return Status::Ok();
+}
+
+Result<std::vector<double>> HeadCkaAccumulator::Finish() const {
+  if (rows_ == 0) return Status::InvalidArgument("head CKA accumulator: no rows added");
+  const int64_t C = cols_, ld = GramLd(C);
+  std::vector<double> d(C);  // mu - s
+  for (int64_t c = 0; c < C; ++c) d[c] = sum_[c] / static_cast<double>(rows_) - shift_[c];
+  Eigen::MatrixXd g = Eigen::MatrixXd::Zero(C, C);
+  for (int64_t a = 0; a < C; ++a) {
+    for (int64_t b = 0; b <= a; ++b) {
+      g(a, b) = gram_[a * ld + b] - static_cast<double>(rows_) * d[a] * d[b];
+    }
+  }
+  return HeadCkaFromGram(g, heads_, C / heads_);
+}
+
 Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const TokenMatrix& k) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(q, "q"));
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(k, "k"));
-  if (q.cols != k.cols) {
-    return Status::InvalidArgument("sink key geometry: q has head_dim " + std::to_string(q.cols) +
-                                   " and k has " + std::to_string(k.cols) +
-                                   "; pass one head's q and k");
-  }
   if (k.rows < q.rows) {
     return Status::InvalidArgument("sink key geometry: " + std::to_string(q.rows) +
                                    " queries but only " + std::to_string(k.rows) +
                                    " keys; the queries are the last rows of the key sequence "
                                    "(causal, bottom-right), so need Tk >= Tq");
   }
-  const int64_t hd = q.cols, Tq = q.rows, Tk = k.rows;
+  SinkKeyGeometryAccumulator acc(q.cols);
+  ATTNLAB_RETURN_IF_ERROR(acc.Add(q, k, k.rows - q.rows));
+  return acc.Finish(k);
+}
+
+Status SinkKeyGeometryAccumulator::Add(const TokenMatrix& q, const TokenMatrix& k,
+                                       int64_t first_pos) {
+  // Shapes here; values as they are read (a chunk must not rescan every earlier key).
+  for (const TokenMatrix* m : {&q, &k}) {
+    if (m->data == nullptr || m->rows < 1 || m->cols < 1 || m->stride < m->cols) {
+      return Status::InvalidArgument("sink key geometry: " + std::string(m == &q ? "q" : "k") +
+                                     " is empty, null or has a row stride below its columns");
+    }
+  }
+  if (q.cols != hd_ || k.cols != hd_) {
+    return Status::InvalidArgument("sink key geometry: q has head_dim " + std::to_string(q.cols) +
+                                   " and k has " + std::to_string(k.cols) + ", expected " +
+                                   std::to_string(hd_) + "; pass one head's q and k");
+  }
+  if (first_pos < next_pos_ || k.rows < first_pos + q.rows) {
+    return Status::InvalidArgument(
+        "sink key geometry: queries at key positions " + std::to_string(first_pos) + ".." +
+        std::to_string(first_pos + q.rows - 1) + " need " + std::to_string(first_pos + q.rows) +
+        " keys (have " + std::to_string(k.rows) + ") and must come after position " +
+        std::to_string(next_pos_ - 1));
+  }
+  const int64_t hd = hd_;
+  if (seen_.empty()) seen_.assign(hd, 0.0), unit_q_.assign(hd, 0.0);
+  const float* k0 = k.row(0);
+  const double k0n = RowNorm(k0, hd);
+  const Status not_finite = Status::InvalidArgument(
+      "sink key geometry: a query or key is not finite; the metrics need finite values (a "
+      "diverged run?)");
+  if (!std::isfinite(k0n)) return not_finite;
+  // Queries in order; seen_ is the running sum of the unit keys 1..p(t) (zero keys add 0).
+  for (int64_t t = 0; t < q.rows; ++t) {
+    const int64_t p = first_pos + t;  // last visible key
+    for (; seen_upto_ < p; ++seen_upto_) {
+      const float* r = k.row(seen_upto_ + 1);
+      const double n = RowNorm(r, hd);
+      if (!std::isfinite(n)) return not_finite;
+      if (n == 0) continue;
+      for (int64_t d = 0; d < hd; ++d) seen_[d] += r[d] / n;
+    }
+    const float* qt = q.row(t);
+    const double qn = RowNorm(qt, hd);
+    if (!std::isfinite(qn)) return not_finite;
+    if (qn == 0) {
+      if (p >= 1) ++n_other_;  // cos 0 with every key
+      continue;
+    }
+    double dot0 = 0, doto = 0;
+    for (int64_t d = 0; d < hd; ++d) {
+      dot0 += static_cast<double>(qt[d]) * k0[d];
+      doto += qt[d] * seen_[d];
+      unit_q_[d] += qt[d] / qn;
+    }
+    if (k0n > 0) sum_k0_ += dot0 / (qn * k0n);
+    if (p >= 1) {
+      sum_other_ += doto / (qn * static_cast<double>(p));
+      ++n_other_;
+    }
+  }
+  queries_ += q.rows;
+  next_pos_ = first_pos + q.rows;
+  return Status::Ok();
+}
+
+Result<SinkKeyGeometry> SinkKeyGeometryAccumulator::Finish(const TokenMatrix& k) const {
+  ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(k, "k"));
+  if (queries_ == 0 || k.cols != hd_ || k.rows < next_pos_) {
+    return Status::InvalidArgument("sink key geometry: no query added, or keys [" +
+                                   std::to_string(k.rows) + ", " + std::to_string(k.cols) +
+                                   "] do not cover the queries' positions");
+  }
+  const int64_t hd = hd_, Tk = k.rows;
   SinkKeyGeometry g;
   g.key0_norm = RowNorm(k.row(0), hd);
   std::vector<double> kbar(hd, 0.0);
@@ -535,8 +668,8 @@ Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const Token
     if (j > 0) other_norms += RowNorm(r, hd);
   }
   for (double& v : kbar) v /= static_cast<double>(Tk);
-  double kbar_norm = 0;
-  for (double v : kbar) kbar_norm += v * v;
+  double kbar_norm = 0, dotm = 0;
+  for (int64_t d = 0; d < hd; ++d) kbar_norm += kbar[d] * kbar[d], dotm += unit_q_[d] * kbar[d];
   kbar_norm = std::sqrt(kbar_norm);
   if (Tk > 1) {
     g.mean_other_key_norm = other_norms / static_cast<double>(Tk - 1);
@@ -545,42 +678,10 @@ Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const Token
     g.mean_other_key_norm = g.key0_norm;
     g.key_norm_ratio = 1.0;
   }
-  // Queries in order; `seen` is the running sum of the unit keys 1..p(t) (zero keys add 0).
-  std::vector<double> seen(hd, 0.0);
-  int64_t seen_upto = 0;  // keys 1..seen_upto are in `seen`
-  double sum_k0 = 0, sum_mean = 0, sum_other = 0;
-  int64_t n_other = 0;
-  const float* k0 = k.row(0);
-  for (int64_t t = 0; t < Tq; ++t) {
-    const int64_t p = t + Tk - Tq;  // last visible key, in [0, Tk - 1]
-    for (; seen_upto < p; ++seen_upto) {
-      const float* r = k.row(seen_upto + 1);
-      const double n = RowNorm(r, hd);
-      if (n == 0) continue;
-      for (int64_t d = 0; d < hd; ++d) seen[d] += r[d] / n;
-    }
-    const float* qt = q.row(t);
-    const double qn = RowNorm(qt, hd);
-    if (qn == 0) {
-      if (p >= 1) ++n_other;  // cos 0 with every key
-      continue;
-    }
-    double dot0 = 0, dotm = 0, doto = 0;
-    for (int64_t d = 0; d < hd; ++d) {
-      dot0 += static_cast<double>(qt[d]) * k0[d];
-      dotm += qt[d] * kbar[d];
-      doto += qt[d] * seen[d];
-    }
-    if (g.key0_norm > 0) sum_k0 += dot0 / (qn * g.key0_norm);
-    if (kbar_norm > 0) sum_mean += dotm / (qn * kbar_norm);
-    if (p >= 1) {
-      sum_other += doto / (qn * static_cast<double>(p));
-      ++n_other;
-    }
-  }
-  g.cos_key0 = sum_k0 / static_cast<double>(Tq);
-  g.cos_key_mean = sum_mean / static_cast<double>(Tq);
-  g.cos_key_other = n_other ? sum_other / static_cast<double>(n_other) : 0.0;
+  const double Tq = static_cast<double>(queries_);
+  g.cos_key0 = sum_k0_ / Tq;
+  g.cos_key_mean = kbar_norm > 0 ? dotm / kbar_norm / Tq : 0.0;
+  g.cos_key_other = n_other_ ? sum_other_ / static_cast<double>(n_other_) : 0.0;
   return g;
 }
 

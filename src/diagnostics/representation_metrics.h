@@ -144,6 +144,27 @@ Result<double> ComputeLinearCka(const TokenMatrix& x, const TokenMatrix& y,
 // diagonal 1 (0 for a constant head). One C x C Gram: O(T C^2), C = H hd.
 Result<std::vector<double>> ComputeHeadCkaMatrix(const TokenMatrix& heads, int64_t num_heads,
                                                  ThreadPool* pool = nullptr);
+// The same, fed the rows chunk by chunk, for windows too long to keep [T, H hd] (analyze's 32k
+// windows): a [C, C] Gram of the rows around a fixed shift (the first chunk's column mean) and
+// the column sums, re-centred at the end, G_c = G_s - T (mu - s)(mu - s)^T. Equals
+// ComputeHeadCkaMatrix on all the rows to rounding. Memory O(C^2), not O(T C).
+class HeadCkaAccumulator {
+ public:
+  // InvalidArgument unless num_heads >= 1 divides cols >= 1.
+  static Result<HeadCkaAccumulator> Create(int64_t num_heads, int64_t cols);
+  // The next rows [n, cols] of the sequence.
+  Status Add(const TokenMatrix& rows, ThreadPool* pool = nullptr);
+  int64_t rows() const { return rows_; }
+  // The H x H matrix of every row added (as ComputeHeadCkaMatrix; no row: InvalidArgument).
+  Result<std::vector<double>> Finish() const;
+
+ private:
+  int64_t heads_ = 0, cols_ = 0, rows_ = 0;
+  std::vector<double> shift_, sum_;  // [cols]
+  std::vector<double> gram_;   // [cols, ld] (ld: cols padded to 16), lower triangle valid:
+                               // sum (x - s)(x - s)^T
+  std::vector<double> block_;  // the Gram kernel's packing scratch, kept between chunks
+};
 
 // ---- Key/query geometry of the first token (sinks) ---------------------------------------------
 // One head's queries q [Tq, hd] and keys k [Tk, hd] (after RoPE), 1 <= Tq <= Tk. Causal,
@@ -165,6 +186,27 @@ struct SinkKeyGeometry {
   double cos_key_other = 0;
 };
 Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const TokenMatrix& k);
+// The same, fed the queries chunk by chunk (ComputeSinkKeyGeometry is one Add and Finish): per
+// query only sums of hd values are kept, so a long window needs no [T, hd] query stream.
+class SinkKeyGeometryAccumulator {
+ public:
+  explicit SinkKeyGeometryAccumulator(int64_t head_dim) : hd_(head_dim) {}
+  // q [n, hd]: the next queries, query i at key position first_pos + i (positions increase
+  // from one Add to the next); k [>= first_pos + n, hd]: the keys so far. InvalidArgument on
+  // inconsistent sizes or positions.
+  Status Add(const TokenMatrix& q, const TokenMatrix& k, int64_t first_pos);
+  int64_t queries() const { return queries_; }
+  // k: every key of the sequence (for the norms and kbar). InvalidArgument without a query.
+  Result<SinkKeyGeometry> Finish(const TokenMatrix& k) const;
+
+ private:
+  int64_t hd_ = 0, queries_ = 0, next_pos_ = 0;
+  std::vector<double> seen_;      // sum of the unit keys 1..seen_upto_
+  int64_t seen_upto_ = 0;
+  std::vector<double> unit_q_;    // sum of the unit queries (cos_key_mean at the end)
+  double sum_k0_ = 0, sum_other_ = 0;
+  int64_t n_other_ = 0;
+};
 
 // ---- Everything cheap for one representation, for `attnlab analyze` ----------------------------
 struct RepresentationMetricsOptions {

@@ -613,5 +613,92 @@ TEST(RepresentationMetrics, BadInputIsAnError) {
   EXPECT_TRUE(bad(ComputeSinkKeyGeometry(View(x, 3, 2), View(x, 1, 2)).status()));  // Tk < Tq
 }
 
+
+// ---- Chunked accumulators (analyze's long windows) ---------------------------------------------
+
+// Fed in awkward chunks, the head CKA equals the one-shot matrix; columns with a large common
+// offset (attention outputs are not centred) do not cost precision through the shifted Gram.
+TEST(RepresentationMetrics, HeadCkaAccumulatorMatchesTheWholeMatrix) {
+  ThreadPool pool(3);
+  for (auto [T, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 2, 3}, {2, 3, 2},
+                          {257, 4, 5}, {1000, 7, 16}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H));
+    const int64_t C = H * hd;
+    std::vector<float> x = RandomMatrix(T, C, 5 + T);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t c = 0; c < C; ++c) x[t * C + c] += 40.0f + 0.1f * static_cast<float>(c);
+      for (int64_t d = 0; d < hd && H >= 2; ++d) {  // head 1 a scaled copy of head 0 (CKA 1)
+        x[t * C + hd + d] = 3.0f * x[t * C + d];
+      }
+    }
+    auto whole = ComputeHeadCkaMatrix(View(x, T, C), H);
+    ASSERT_TRUE(whole.ok());
+    for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{256}, T}) {
+      auto acc = HeadCkaAccumulator::Create(H, C);
+      ASSERT_TRUE(acc.ok());
+      for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t n = std::min(chunk, T - t0);
+        ASSERT_TRUE(acc->Add(MakeTokenMatrix(x.data() + t0 * C, n, C), chunk == 7 ? &pool : nullptr).ok());
+      }
+      EXPECT_EQ(acc->rows(), T);
+      auto m = acc->Finish();
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      for (size_t i = 0; i < whole->size(); ++i) {
+        EXPECT_NEAR((*m)[i], (*whole)[i], 1e-9) << "chunk " << chunk << " entry " << i;
+      }
+      if (T >= 3) {
+        EXPECT_NEAR((*m)[1], 1.0, 1e-9);  // heads 0 and 1
+      }
+    }
+  }
+  auto bad = HeadCkaAccumulator::Create(3, 8);
+  EXPECT_FALSE(bad.ok());
+  auto acc = HeadCkaAccumulator::Create(2, 4);
+  ASSERT_TRUE(acc.ok());
+  EXPECT_FALSE(acc->Finish().ok());  // no rows
+  const std::vector<float> y = RandomMatrix(3, 6, 1);
+  EXPECT_FALSE(acc->Add(View(y, 3, 6)).ok());  // 6 columns, not 4
+}
+
+// Queries fed chunk by chunk at their key positions give ComputeSinkKeyGeometry's numbers,
+// including zero queries and keys; positions that go backwards or past the keys are refused.
+TEST(RepresentationMetrics, SinkKeyGeometryAccumulatorMatchesOneShot) {
+  for (auto [Tq, Tk, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {5, 5, 3},
+                            {37, 40, 4}, {300, 300, 8}}) {
+    SCOPED_TRACE("Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk));
+    std::vector<float> q = RandomMatrix(Tq, hd, 3 + Tq), k = RandomMatrix(Tk, hd, 9 + Tk);
+    if (Tq > 2) std::fill(q.begin() + hd, q.begin() + 2 * hd, 0.0f);  // a zero query
+    if (Tk > 3) std::fill(k.begin() + 3 * hd, k.begin() + 4 * hd, 0.0f);  // a zero key
+    auto whole = ComputeSinkKeyGeometry(View(q, Tq, hd), View(k, Tk, hd));
+    ASSERT_TRUE(whole.ok());
+    for (int64_t chunk : {int64_t{1}, int64_t{4}, Tq}) {
+      SinkKeyGeometryAccumulator acc(hd);
+      for (int64_t t0 = 0; t0 < Tq; t0 += chunk) {
+        const int64_t n = std::min(chunk, Tq - t0);
+        const int64_t first = Tk - Tq + t0;  // bottom-right: the keys so far end with these rows
+        ASSERT_TRUE(acc.Add(MakeTokenMatrix(q.data() + t0 * hd, n, hd),
+                            MakeTokenMatrix(k.data(), first + n, hd), first).ok());
+      }
+      auto g = acc.Finish(View(k, Tk, hd));
+      ASSERT_TRUE(g.ok());
+      EXPECT_NEAR(g->cos_key0, whole->cos_key0, 1e-12);
+      EXPECT_NEAR(g->cos_key_mean, whole->cos_key_mean, 1e-12);
+      EXPECT_NEAR(g->cos_key_other, whole->cos_key_other, 1e-12);
+      EXPECT_EQ(g->key_norm_ratio, whole->key_norm_ratio);
+    }
+  }
+  const std::vector<float> q = RandomMatrix(4, 2, 1), k = RandomMatrix(6, 2, 2);
+  SinkKeyGeometryAccumulator acc(2);
+  EXPECT_FALSE(acc.Finish(View(k, 6, 2)).ok());                                // no query
+  EXPECT_FALSE(acc.Add(View(q, 4, 2), View(k, 3, 2), 0).ok());                 // too few keys
+  EXPECT_FALSE(acc.Add(View(q, 4, 3), View(k, 6, 3), 0).ok());                 // wrong head_dim
+  ASSERT_TRUE(acc.Add(View(q, 2, 2), View(k, 4, 2), 2).ok());                  // positions 2, 3
+  EXPECT_FALSE(acc.Add(View(q, 1, 2), View(k, 6, 2), 3).ok());                 // backwards
+  std::vector<float> bad_q = q;
+  bad_q[1] = std::numeric_limits<float>::quiet_NaN();
+  SinkKeyGeometryAccumulator nan_acc(2);
+  EXPECT_FALSE(nan_acc.Add(View(bad_q, 2, 2), View(k, 6, 2), 0).ok());        // NaN query
+}
+
 }  // namespace
 }  // namespace attnlab
