@@ -175,6 +175,40 @@ def check_stream_json(cli, d):
     expect(js["results"][0]["policy"] == "window", str(js)[:200])
 
 
+def check_gguf_policies(cli, d):
+    """Every cache policy on a quantized GGUF file (issue 38: the Llama-family decoder with Q8_0
+    weights, GPT-2's BPE embedded): with a window larger than the text nothing is evicted, so each
+    policy's perplexity is the dense cache's; with a small window each evicts and stays within
+    its budget, with and without pinned tokens."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import readme_commands_test
+    model = os.path.join(d, "tiny.gguf")
+    readme_commands_test.make_gguf(model)
+    base = ["stream", "--model", model, "--max-tokens", "80", "--chunk", "20", "--json"]
+    dense = load_json(run(cli, *base, "--policy", "dense"), "gguf dense")
+    if not dense:
+        return
+    ppl, scored = dense["results"][0]["perplexity"], dense["results"][0]["tokens"]
+    for policy in ("window", "sink", "h2o", "tova", "snapkv"):
+        j = load_json(run(cli, *base, "--policy", policy, "--window", "128"), f"gguf {policy} 128")
+        if j:
+            got = j["results"][0]["perplexity"]
+            expect(abs(got - ppl) <= 1e-6 * ppl,
+                   f"gguf {policy}: no eviction, yet perplexity {got} != dense {ppl}")
+        for sinks in ("0", "4"):
+            if policy in ("window", "sink") and sinks == "4":
+                continue  # sink pins 4 by default; window pins none
+            args = ["--policy", policy, "--window", "16"] + \
+                ([] if policy in ("window", "sink") else ["--sinks", sinks])
+            j = load_json(run(cli, *base, *args), f"gguf {policy} 16 sinks {sinks}")
+            if j:
+                r = j["results"][0]
+                expect(r["tokens"] == scored and 1 < r["perplexity"] < 1e9,
+                       f"gguf {policy} sinks {sinks}: {r['tokens']} tokens, ppl {r['perplexity']}")
+                expect(all(c["cache_tokens"] <= 16 for c in r["chunks"]),
+                       f"gguf {policy} sinks {sinks}: cache over budget {r['chunks']}")
+
+
 def compare(cli, d, name, *args):
     out = os.path.join(d, name)
     p = run(cli, "stream", "--compare", "--out", out, "--json", *args)
@@ -258,7 +292,8 @@ def main():
     ap.add_argument("--attnlab", required=True)
     cli = os.path.abspath(ap.parse_args().attnlab)
     with tempfile.TemporaryDirectory() as d:
-        for check in (check_generate, check_stream_usage, check_stream_json, check_stream_reports):
+        for check in (check_generate, check_stream_usage, check_stream_json, check_stream_reports,
+                      check_gguf_policies):
             try:
                 check(cli, d)
             except Exception as e:  # a missing file or key: record it, run the other checks
