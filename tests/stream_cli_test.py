@@ -164,6 +164,10 @@ def check_stream_json(cli, d):
         expect(r["tokens"] == 300, f"scored {r['tokens']} tokens, not 300 (BOS first)")
         expect(r["eviction_from_token"] == 33, f"eviction from {r['eviction_from_token']}")
         expect(all(c["cache_tokens"] <= 32 for c in r["chunks"]), str(r["chunks"]))
+        # What the cache keeps: the 4 pinned first tokens and the rest within the window.
+        for c in r["chunks"]:
+            expect(abs(c["kept_first"] * c["cache_tokens"] - 4) < 1e-9 and c["kept_older"] == 0
+                   and abs(c["kept_first"] + c["kept_window"] - 1) < 1e-12, f"kept shares {c}")
         expect(j["window"] == 32 and j["sinks"] == 4 and j["context"] == C, str(j)[:300])
     expect("sink" in p.stderr and "done: 300 tokens" in p.stderr,
            f"progress should go to stderr under --json: {p.stderr[-300:]!r}")
@@ -218,7 +222,22 @@ def compare(cli, d, name, *args):
         return None, ""
     rep = json.load(open(os.path.join(out, "report.json")))
     html = open(os.path.join(out, "report.html"), encoding="utf-8").read()
-    for fid in ("fig-stream", "fig-stream-relative", "fig-cache-tokens", "fig-cache-bytes"):
+    figs = ["fig-stream", "fig-stream-relative", "fig-cache-tokens", "fig-cache-bytes"]
+    if "h2o" in rep["figures"].get("fig-kept", {}).get("at_end", {}) or \
+            any(r["policy"] == "h2o" for r in rep["table"]["rows"]):
+        figs.append("fig-kept")
+        run_doc = json.load(open(os.path.join(out, "stream.json")))
+        for r in run_doc["results"]:
+            for c in r["chunks"]:
+                shares = [c["kept_first"], c["kept_window"], c["kept_older"]]
+                if r["policy"] == "recompute":
+                    expect(shares == [None] * 3, f"{name}: recompute has kept shares {shares}")
+                    continue
+                expect(all(0 <= x <= 1 for x in shares) and abs(sum(shares) - 1) < 1e-9,
+                       f"{name} {r['policy']}: kept shares {shares} do not sum to 1")
+                if r["policy"] in ("window", "sink"):
+                    expect(c["kept_older"] == 0, f"{name} {r['policy']}: keeps older tokens {c}")
+    for fid in figs:
         expect(f'id="{fid}"' in html, f"{name}: report.html lacks figure {fid}")
         expect(fid in rep["figures"] and rep["figures"][fid]["caption"],
                f"{name}: report.json lacks the caption of {fid}")

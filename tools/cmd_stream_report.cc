@@ -114,6 +114,9 @@ std::string DumpJson(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A kept share (StreamChunk), null where it was not measured.
+nlohmann::json Share(double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); }
+
 nlohmann::json StreamResultJson(const StreamEvalResult& r) {
   nlohmann::json chunks = nlohmann::json::array();
   for (const StreamChunk& c : r.chunks) {
@@ -123,7 +126,10 @@ nlohmann::json StreamResultJson(const StreamEvalResult& r) {
                       {"tokens_per_s", c.tokens_per_s},
                       {"cache_tokens", c.cache_tokens},
                       {"cache_bytes", c.cache_bytes},
-                      {"rss_bytes", c.rss_bytes}});
+                      {"rss_bytes", c.rss_bytes},
+                      {"kept_first", Share(c.kept_first)},
+                      {"kept_window", Share(c.kept_window)},
+                      {"kept_older", Share(c.kept_older)}});
   }
   return {{"policy", r.policy},
           {"tokens", r.tokens},
@@ -204,13 +210,16 @@ std::vector<std::string> WriteStreamReport(const std::string& dir, const StreamR
 
   // CSV: one row per policy and chunk.
   report::CsvWriter csv({"policy", "end", "chunk_perplexity", "perplexity", "tokens_per_s",
-                         "cache_tokens", "cache_bytes", "rss_bytes"});
+                         "cache_tokens", "cache_bytes", "rss_bytes", "kept_first", "kept_window",
+                         "kept_older"});
+  auto share_cell = [](double x) { return x < 0 ? std::string() : std::to_string(x); };
   for (const StreamEvalResult& r : results) {
     for (const StreamChunk& ch : r.chunks) {
       csv.AddRow({r.policy, std::to_string(ch.end), std::to_string(std::exp(ch.chunk_loss)),
                   std::to_string(std::exp(ch.mean_loss)), std::to_string(ch.tokens_per_s),
                   std::to_string(ch.cache_tokens), std::to_string(ch.cache_bytes),
-                  std::to_string(ch.rss_bytes)});
+                  std::to_string(ch.rss_bytes), share_cell(ch.kept_first),
+                  share_cell(ch.kept_window), share_cell(ch.kept_older)});
     }
   }
 
@@ -417,6 +426,45 @@ std::vector<std::string> WriteStreamReport(const std::string& dir, const StreamR
   figures["fig-cache-tokens"] = {{"caption", tok_caption}};
   figures["fig-cache-bytes"] = {{"caption", mem_caption}};
 
+  // Figure 5: how far back each bounded cache reaches (the attention-scored policies keep tokens
+  // a window would have dropped), and what it keeps of the first tokens.
+  report::XyPlot kept;
+  kept.title = "KV-cache slots holding tokens older than the window";
+  kept.x.label = "tokens read";
+  kept.y.label = "% of the cache's slots";
+  std::vector<std::string> kept_parts;
+  nlohmann::json kept_json = nlohmann::json::object();
+  {
+    std::vector<report::Series> sk;
+    for (const StreamEvalResult& r : results) {
+      if (r.policy == "recompute" || r.policy == "dense" || r.chunks.empty() ||
+          r.chunks.back().kept_older < 0) {
+        continue;  // no cache, or one that keeps everything
+      }
+      report::Series a;
+      a.name = r.policy;
+      for (const StreamChunk& ch : r.chunks) {
+        a.x.push_back(static_cast<double>(ch.end));
+        a.y.push_back(100 * ch.kept_older);
+      }
+      sk.push_back(std::move(a));
+      const StreamChunk& end = r.chunks.back();
+      kept_parts.push_back(r.policy + " " + Printf("%.1f%%", 100 * end.kept_older) + " older, " +
+                           Printf("%.1f%%", 100 * end.kept_first) + " first tokens");
+      kept_json[r.policy] = {{"kept_first", end.kept_first}, {"kept_window", end.kept_window},
+                             {"kept_older", end.kept_older}};
+    }
+    AddStyledSeries(&kept, std::move(sk));
+  }
+  const std::string kept_caption =
+      "Share of each bounded cache's slots (over layers and KV heads) holding a token older than "
+      "the last " + std::to_string(c.window) + " tokens read and not among the first " +
+      std::to_string(kKeptFirstTokens) + ": what a policy keeps from beyond a window's reach "
+      "(a window keeps none; sink + window none beyond pinned tokens past the first " +
+      std::to_string(kKeptFirstTokens) + "). At the end of the text: " +
+      (kept_parts.empty() ? std::string("no bounded cache ran") : join(kept_parts)) + ".";
+  figures["fig-kept"] = {{"caption", kept_caption}, {"at_end", kept_json}};
+
   // The page.
   report::HtmlReport html("Streaming perplexity: " + info.model);
   html.SetSubtitle(std::to_string(info.text_tokens) + " tokens of " + info.text + "; window " +
@@ -463,6 +511,10 @@ std::vector<std::string> WriteStreamReport(const std::string& dir, const StreamR
   html.AddSection("memory", "KV cache against position");
   html.AddFigure(report::RenderLinePlot(tok), tok_caption, "fig-cache-tokens");
   html.AddFigure(report::RenderLinePlot(mem), mem_caption, "fig-cache-bytes");
+  if (!kept_parts.empty()) {
+    html.AddSection("kept", "What each cache keeps");
+    html.AddFigure(report::RenderLinePlot(kept), kept_caption, "fig-kept");
+  }
 
   nlohmann::json rep = StreamRunJson(info, {});
   rep.erase("results");

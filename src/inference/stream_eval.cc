@@ -26,6 +26,44 @@ double Nll(const float* logits, int64_t V, int32_t target) {
 
 }  // namespace
 
+namespace {
+
+// StreamChunk's kept shares for a cache that has seen `arrivals` tokens (numbered 0 ..
+// arrivals - 1): the scored caches say which tokens each (layer, kv head) keeps; the others keep
+// contiguous runs (dense: all; window: the most recent size(); sink: the first n_sink and the
+// most recent size() - n_sink), the same for every head.
+void KeptShares(const KvCache& cache, const StreamingCacheConfig& sc, const ModelConfig& c,
+                int64_t arrivals, StreamChunk* ch) {
+  int64_t first = 0, near = 0, total = 0;
+  auto count = [&](int64_t a) {
+    ++total;
+    if (a < kKeptFirstTokens) {
+      ++first;
+    } else if (arrivals - 1 - a < sc.window) {
+      ++near;
+    }
+  };
+  if (const auto* scored = dynamic_cast<const ScoredKvCache*>(&cache)) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      for (int64_t g = 0; g < c.kv_heads(); ++g) {
+        for (int64_t a : scored->RetainedTokens(l, g)) count(a);
+      }
+    }
+  } else {
+    const int64_t held = std::min(cache.size(), arrivals);
+    const int64_t pinned = sc.policy == CachePolicy::kSinkWindow ? std::min(sc.n_sink, held) : 0;
+    const int64_t from = sc.policy == CachePolicy::kDense ? 0 : arrivals - (held - pinned);
+    for (int64_t a = 0; a < pinned; ++a) count(a);
+    for (int64_t a = std::max(from, pinned); a < arrivals; ++a) count(a);
+  }
+  if (total == 0) return;
+  ch->kept_first = static_cast<double>(first) / static_cast<double>(total);
+  ch->kept_window = static_cast<double>(near) / static_cast<double>(total);
+  ch->kept_older = static_cast<double>(total - first - near) / static_cast<double>(total);
+}
+
+}  // namespace
+
 Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t>& text,
                                            const StreamEvalOptions& o,
                                            const std::function<void(const StreamChunk&)>& on_chunk) {
@@ -116,6 +154,10 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
       ch.cache_tokens = cache ? cache->size() : 0;
       ch.cache_bytes = cache ? cache->bytes() : 0;
       ch.rss_bytes = ResidentBytes();
+      if (cache) {
+        // Arrivals so far: the stream's tokens read (and a dedicated sink token's row).
+        KeptShares(*cache, o.cache, c, t + 1 + (c.sink_token ? 1 : 0), &ch);
+      }
       r.chunks.push_back(ch);
       if (on_chunk) on_chunk(ch);
       t_chunk = now;

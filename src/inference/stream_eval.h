@@ -43,7 +43,16 @@ struct StreamChunk {
   int64_t cache_bytes = 0;   // bytes the KV cache holds after this chunk (KvCache::bytes():
                              // its allocated buffers)
   int64_t rss_bytes = 0;     // the process' resident memory after this chunk
+  // What the cache keeps after this chunk, as shares of its (layer, kv head) slots: tokens among
+  // the stream's first kKeptFirstTokens (where sinks live; a BOS and a sink token included), the
+  // other tokens among the last `window` arrivals (what a plain window would also hold), and the
+  // older ones (what an attention-scored policy keeps from beyond a window's reach). Each in
+  // [0, 1], summing to 1; -1 for recompute (no cache).
+  double kept_first = -1, kept_window = -1, kept_older = -1;
 };
+
+// The first tokens StreamChunk counts apart (StreamingLLM pins 4).
+inline constexpr int64_t kKeptFirstTokens = 4;
 
 struct StreamEvalResult {
   std::string policy;
