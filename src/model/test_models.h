@@ -129,6 +129,19 @@ inline DirectionalDerivative AlongRandomDirection(ParameterStore& params,
   return d;
 }
 
+// Every parameter tensor of g: its analytic gradient (already in g.grads(), of `loss`) against
+// a directional central difference along a random direction (fp32 forward: the tolerance is
+// 2% of the derivative + 2e-4, gpt_test.cc's).
+inline void ExpectDirectionalGradients(Gpt& g, std::mt19937_64& rng,
+                                       const std::function<double()>& loss) {
+  for (const ParamInfo& p : g.params().infos()) {
+    SCOPED_TRACE(p.name);
+    const DirectionalDerivative d = AlongRandomDirection(g.params(), g.grads(), p, rng, loss);
+    EXPECT_NEAR(d.analytic, d.numeric, 0.02 * std::abs(d.numeric) + 2e-4)
+        << "analytic " << d.analytic << " vs numeric " << d.numeric;
+  }
+}
+
 }  // namespace attnlab::test_models
 
 #endif  // ATTNLAB_MODEL_TEST_MODELS_H_
