@@ -22,7 +22,7 @@ Status MergeStreamRanks(dist::Comm& comm, const std::vector<int>& owners, int64_
   }
   const int me = comm.rank();
   const int64_t chunks = (scored + chunk - 1) / chunk;
-  constexpr int64_t kScalars = 4, kChunkFields = 6;
+  constexpr int64_t kScalars = 4, kChunkFields = 9;
   const int64_t F = kScalars + kChunkFields * chunks + scored;
   std::vector<double> seconds(results.size(), 0.0);
   for (size_t k = 0; k < results.size(); ++k) {
@@ -50,6 +50,7 @@ Status MergeStreamRanks(dist::Comm& comm, const std::vector<int>& owners, int64_
         p[0] = static_cast<double>(ch.end), p[1] = static_cast<double>(ch.cache_tokens);
         p[2] = static_cast<double>(ch.cache_bytes), p[3] = static_cast<double>(ch.rss_bytes);
         p[4] = ch.chunk_loss;  // recomputed for a shared policy
+        p[6] = ch.kept_first, p[7] = ch.kept_window, p[8] = ch.kept_older;
       }
       p[5] = ch.tokens_per_s;  // a shared policy: the ranks' rates add up
     }
@@ -68,6 +69,7 @@ Status MergeStreamRanks(dist::Comm& comm, const std::vector<int>& owners, int64_
       ch.end = static_cast<int64_t>(p[0]), ch.cache_tokens = static_cast<int64_t>(p[1]);
       ch.cache_bytes = static_cast<int64_t>(p[2]), ch.rss_bytes = static_cast<int64_t>(p[3]);
       ch.chunk_loss = p[4], ch.tokens_per_s = p[5];
+      ch.kept_first = p[6], ch.kept_window = p[7], ch.kept_older = p[8];
     }
     r.token_nll.assign(v.begin() + kScalars + kChunkFields * chunks, v.end());
     // The running means, and a shared policy's chunk losses, in token order as one process adds.
