@@ -21,6 +21,13 @@ namespace attnlab {
 
 namespace {
 
+// The head CKA of a window of T rows and A = H hd attention columns keeps whichever is smaller:
+// the attention output itself ([T, A] floats, the CKA computed once at the end) or the CKA's
+// [A, A] double Gram, summed chunk by chunk (HeadCkaAccumulator: long windows of a model, e.g.
+// 32k tokens of a 896-wide one; a short window of a 4096-wide model would need 134 MB of Gram
+// per layer where its output takes a few MB). Both give the same matrix to rounding.
+bool HeadCkaByGram(int64_t T, int64_t A) { return T * 4 > A * 8; }
+
 // Collects, for one window, what each layer exposes.
 class WindowObserver : public ForwardObserver {
  public:
@@ -39,6 +46,7 @@ class WindowObserver : public ForwardObserver {
     key0_.assign(L, {});
     gate_.assign(L, {});
     cka_.assign(L, {});
+    att_.assign(L, {});
     norm_sum_.assign(L, {});
     geometry_.assign(L, {});
     rows_seen_.assign(L, 0);
@@ -47,9 +55,13 @@ class WindowObserver : public ForwardObserver {
       res_[l].reserve(window_len * C);
       q_[l].reserve(q_rows_ * A);
       if (stats_) key0_[l].reserve(window_len * H);
-      auto cka = HeadCkaAccumulator::Create(H, A);
-      if (!cka.ok()) status_ = cka.status();
-      else cka_[l] = std::move(cka).value();
+      if (HeadCkaByGram(window_len, A)) {
+        auto cka = HeadCkaAccumulator::Create(H, A);
+        if (!cka.ok()) status_ = cka.status();
+        else cka_[l] = std::move(cka).value();
+      } else {
+        att_[l].reserve(window_len * A);
+      }
       norm_sum_[l].assign(H, 0.0);
       geometry_[l].assign(H, SinkKeyGeometryAccumulator(c.head_dim()));
     }
@@ -131,7 +143,11 @@ class WindowObserver : public ForwardObserver {
     const int64_t take = std::min(t.len, window_len_ - rows_seen_[l]);
     rows_seen_[l] += t.len;
     if (take <= 0 || !status_.ok()) return;
-    status_ = cka_[l].Add(TokenMatrix{t.attn_out, take, A, A}, &DefaultThreadPool());
+    if (HeadCkaByGram(window_len_, A)) {
+      status_ = cka_[l].Add(TokenMatrix{t.attn_out, take, A, A}, &DefaultThreadPool());
+    } else {
+      att_[l].insert(att_[l].end(), t.attn_out, t.attn_out + take * A);
+    }
     for (int64_t i = 0; i < take; ++i) {
       for (int64_t h = 0; h < H; ++h) {
         const float* o = t.attn_out + i * A + h * hd;
@@ -159,7 +175,8 @@ class WindowObserver : public ForwardObserver {
   int64_t q_rows_;      // queries kept for the maps (the first rows of the first window)
   std::vector<float> emb_;
   std::vector<std::vector<float>> res_, q_;  // per layer [T, C], [q_rows, H hd]
-  std::vector<HeadCkaAccumulator> cka_;      // per kept layer
+  std::vector<HeadCkaAccumulator> cka_;      // per kept layer, when HeadCkaByGram
+  std::vector<std::vector<float>> att_;      // per kept layer [T, H hd], when not
   std::vector<std::vector<double>> norm_sum_;  // per layer [H] sum of |o_{h,i}|
   std::vector<std::vector<SinkKeyGeometryAccumulator>> geometry_;  // per layer [H]
   std::vector<int64_t> rows_seen_;           // per layer
@@ -325,7 +342,11 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
                                                           &DefaultThreadPool()));
     AddStream(la.output, m, w);
     if (T >= 2) {
-      ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> cka, obs.cka_[l].Finish());
+      ATTNLAB_ASSIGN_OR_RETURN(
+          std::vector<double> cka,
+          HeadCkaByGram(T, H * hd) ? obs.cka_[l].Finish()
+                                   : ComputeHeadCkaMatrix(MakeTokenMatrix(obs.att_[l].data(), T, H * hd),
+                                                          H, &DefaultThreadPool()));
       for (int64_t i = 0; i < H * H; ++i) la.head_cka[i] += cka[i];
     }
     if (T >= 2) ATTNLAB_RETURN_IF_ERROR(AddExtremeTokens(c, o, obs, l, T, &la.extreme));
@@ -371,12 +392,13 @@ int64_t MapQueryRows(const AnalysisOptions& o, int64_t T) {
   return rows;
 }
 
-// Layers whose residual stream ([T, C] floats) and head sums (the CKA's [A, A] double Gram,
-// A = H hd) fit `budget` bytes; all of them when budget <= 0. At least one.
+// Layers whose residual stream ([T, C] floats) and head CKA data (HeadCkaByGram: the [A, A]
+// double Gram or the [T, A] float attention output, A = H hd) fit `budget` bytes; all of them
+// when budget <= 0. At least one.
 int64_t LayersPerPass(const ModelConfig& c, int64_t T, int64_t budget) {
   if (budget <= 0) return c.n_layer;
   const int64_t A = c.n_head * c.head_dim();
-  const int64_t per_layer = T * c.d_model * 4 + A * A * 8;
+  const int64_t per_layer = T * c.d_model * 4 + (HeadCkaByGram(T, A) ? A * A * 8 : T * A * 4);
   return std::clamp<int64_t>(budget / std::max<int64_t>(1, per_layer), 1, c.n_layer);
 }
 
