@@ -133,10 +133,10 @@ class WindowObserver : public ForwardObserver {
     }
   }
 
-  // The heads' sums over the window's first window_len rows (what LayerMetrics reads): the CKA
-  // Gram and each head's output norms from the attention output, the sink-key geometry from the
-  // queries at their key positions (len_k - len + i) against the keys so far. No [T, H hd]
-  // stream is kept for them.
+  // What LayerMetrics reads of the heads, over the window's first window_len rows: the CKA's
+  // Gram or the attention output itself (HeadCkaByGram), each head's output norms, and the
+  // sink-key geometry from the queries at their key positions (len_k - len + i) against the
+  // keys so far (no query stream).
   void AccumulateHeads(const LayerTensors& t) {
     const int64_t l = t.layer, H = c_.n_head, hd = c_.head_dim(), A = H * hd, Q = c_.qkv_dim();
     const int64_t group = H / c_.kv_heads();
