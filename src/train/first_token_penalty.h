@@ -14,8 +14,10 @@
 //   d alpha / d k_j = scale/T  sum_{t >= j} P_{t,0} (delta_{j0} - P_{t,j}) q_t
 // The gradients reach the model as dR/d q|k|v (after RoPE; AuxiliaryGradients::qkv).
 // Cost: O(T^2 hd) per sequence and head, twice (alpha first, then the gradient scaled by
-// dR/d alpha): cheap for the small models of the experiments, a few times the attention's own
-// cost on larger ones.
+// dR/d alpha), in scalar double loops: cheap for the small models of the experiments (sinks:
+// T 64, hd 4), but 3x a whole training step of the default model's shape (4 layers, 16 heads of
+// 16, T 256, batch 16: 12 steps in 4.7 s without, 14.2 s with, 2 threads, Sapphire Rapids).
+// One pass and vectorised float loops are the obvious next step.
 #ifndef ATTNLAB_TRAIN_FIRST_TOKEN_PENALTY_H_
 #define ATTNLAB_TRAIN_FIRST_TOKEN_PENALTY_H_
 
