@@ -1076,44 +1076,44 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
   return Status::Ok();
 }
 
-// position_every_layer: d wpe[t] += dL/dx_l at every row of position t (d_.residual holds
-// dL/dx_l after layer l's backward); per column block, rows in order (deterministic).
-void Gpt::PositionsBackward() {
-  ThreadPool& tp = *pool();
-  const int64_t N = N_, Tm = Tm_, C = config_.d_model;
-  float* gwpe = grads_.ptrs().wpe;
-  const float* dx = d_.residual.data();
+namespace {
+
+// dst(n)[i] += dx[n, i] for the N rows of dx [N, C]. Rows may share a destination (an embedding
+// row), so the columns are split into blocks among the threads and each block adds its rows in
+// order: deterministic, no atomics.
+template <typename Dst>
+void ScatterAddRows(ThreadPool& tp, int64_t N, int64_t C, const float* dx, Dst dst) {
   const int64_t cblocks = std::max<int64_t>(1, std::min<int64_t>(C / 16, 4 * tp.num_threads()));
   const int64_t cstep = (C + cblocks - 1) / cblocks;
   tp.ParallelFor(cblocks, [&](int64_t blk, int) {
     const int64_t c0 = blk * cstep, c1 = std::min(C, c0 + cstep);
     for (int64_t n = 0; n < N; ++n) {
-      float* dst = gwpe + positions_[n % Tm] * C;
-      for (int64_t i = c0; i < c1; ++i) dst[i] += dx[n * C + i];
+      float* d = dst(n);
+      for (int64_t i = c0; i < c1; ++i) d[i] += dx[n * C + i];
     }
   });
 }
 
-// x0 = wte[token] + wpe[t]: rows scatter into wte, so reduce per column block with rows in order
-// (deterministic, no atomics).
+}  // namespace
+
+// d wpe[position of row n] += dL/dx[n] (d_.residual): the input embedding's positions, and with
+// position_every_layer those added before layer l > 0 (d_.residual holds dL/dx_l after layer
+// l's backward).
+void Gpt::PositionsBackward() {
+  const int64_t Tm = Tm_, C = config_.d_model;
+  float* gwpe = grads_.ptrs().wpe;
+  ScatterAddRows(*pool(), N_, C, d_.residual.data(),
+                 [&](int64_t n) { return gwpe + positions_[n % Tm] * C; });
+}
+
+// x0 = wte[token] (or the sink token) + wpe[position].
 void Gpt::EmbedBackward() {
-  ThreadPool& tp = *pool();
-  const int64_t N = N_, Tm = Tm_, C = config_.d_model;
+  const int64_t C = config_.d_model;
   const ModelParams& G = grads_.ptrs();
-  const float* dx0 = d_.residual.data();
-  const int64_t cblocks = std::max<int64_t>(1, std::min<int64_t>(C / 16, 4 * tp.num_threads()));
-  const int64_t cstep = (C + cblocks - 1) / cblocks;
-  tp.ParallelFor(cblocks, [&](int64_t blk, int) {
-    const int64_t c0 = blk * cstep, c1 = std::min(C, c0 + cstep);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t t = n % Tm;
-      float* dst = tokens_[n] < 0 ? G.sink_token : G.wte + int64_t(tokens_[n]) * C;
-      for (int64_t i = c0; i < c1; ++i) dst[i] += dx0[n * C + i];
-      if (G.wpe) {
-        for (int64_t i = c0; i < c1; ++i) G.wpe[t * C + i] += dx0[n * C + i];
-      }
-    }
+  ScatterAddRows(*pool(), N_, C, d_.residual.data(), [&](int64_t n) {
+    return tokens_[n] < 0 ? G.sink_token : G.wte + int64_t(tokens_[n]) * C;
   });
+  if (G.wpe) PositionsBackward();
 }
 
 Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {

@@ -237,7 +237,7 @@ class Gpt {
   Status AttentionBlockBackward(int64_t l, const AttentionParams& ap, float grad_scale,
                                 const AuxiliaryGradients* aux);
   void EmbedBackward();
-  void PositionsBackward();  // position_every_layer: d wpe += dL/dx_l
+  void PositionsBackward();  // d wpe += dL/dx at each row's position (d_.residual)
 
   ModelConfig config_;
   ParameterStore params_, grads_;
