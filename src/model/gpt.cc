@@ -836,6 +836,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   }
   EnsureActivations(B, T + off);
   has_targets_ = targets != nullptr && !cache;
+  input_grad_ready_ = false;
   ATTNLAB_RETURN_IF_ERROR(PlaceTokens(tokens, targets, B, T, off, cache));
   if (first > 0) {
     // The stream entering layer `first` for these rows, from set_forward_start.
@@ -897,7 +898,9 @@ bool Gpt::HeadBackward(float grad_scale, const AuxiliaryGradients* aux) {
   Activations& a = acts_;
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += targets_[n] >= 0;
-  if (count == 0 && !(aux && (aux->residual || aux->attention || aux->qkv))) return false;
+  if (count == 0 && !(aux && (aux->residual || aux->attention || aux->qkv || aux->logits))) {
+    return false;
+  }
   float* dlogits = head_.values.data();  // probabilities -> dL/dlogits in place (HeadBuffer)
   if (count == 0) {
     std::fill(dlogits, dlogits + N * V, 0.0f);
@@ -905,6 +908,7 @@ bool Gpt::HeadBackward(float grad_scale, const AuxiliaryGradients* aux) {
     internal::SoftmaxCrossEntropyBackward(N, V, dlogits, targets_.data(), grad_scale / count,
                                           dlogits, &tp);
   }
+  if (aux && aux->logits) AddScaled(N, V, aux->logits, grad_scale, dlogits, tp);
   head_.holds = HeadBuffer::Holds::kLogitGradients;
   // dxf = dlogits W_head, dW_head += dlogits^T xf.
   const bool pre = c.norm == NormPlacement::kPre;
@@ -1135,6 +1139,8 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
   const ModelConfig& c = config_;
   const int64_t N = N_, C = c.d_model, L = c.n_layer;
   if (!HeadBackward(grad_scale, aux)) {
+    ZeroFill(d_.residual, N * C);  // no gradient flows: dL/d residual(0) = 0
+    input_grad_ready_ = true;
     if (backward_listener_) backward_listener_(-1);
     return Status::Ok();
   }
@@ -1148,6 +1154,7 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
     if (backward_listener_) backward_listener_(l);
   }
   EmbedBackward();
+  input_grad_ready_ = true;
   if (backward_listener_) backward_listener_(-1);
   return Status::Ok();
 }

@@ -64,6 +64,8 @@ struct AuxiliaryGradients {
   const float* residual = nullptr;   // [L + 1, N, C] dA/d residual(l), l = 0 .. L
   const float* attention = nullptr;  // [L, N, A] dA/d attention_output(l), A = attn_dim()
   const float* qkv = nullptr;        // [L, N, Q] dA/d qkv(l) (q and k after RoPE), Q = qkv_dim()
+  const float* logits = nullptr;     // [N, V] dA/d logits (e.g. a KL divergence to reference
+                                     // predictions; the targets may all be -1 then)
 };
 
 class Gpt {
@@ -162,6 +164,10 @@ class Gpt {
   const float* qkv(int64_t l) const {
     return cached_ ? nullptr : acts_.qkv.data() + l * N_ * config_.qkv_dim();
   }
+  // After Backward: dL/d residual(0) ([N, C]), the gradient at the stream entering layer 0
+  // (the embeddings, blocks.0.hook_resid_pre: a hook's additive change there has this
+  // gradient). Valid until the next Forward or Backward; null before any Backward.
+  const float* input_gradient() const { return input_grad_ready_ ? d_.residual.data() : nullptr; }
   // Per-head attention outputs of layer l ([N, H, hd] = [N, A], before the output gate).
   const float* attention_output(int64_t l) const {
     return cached_ ? nullptr : acts_.att.data() + l * N_ * config_.attn_dim();
@@ -257,6 +263,7 @@ class Gpt {
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
   int64_t capacity_layers_ = 0;  // layers the buffers hold: n_layer, or 1 (cached forwards)
   bool has_targets_ = false;
+  bool input_grad_ready_ = false;  // d_.residual holds dL/d residual(0) (input_gradient)
   bool cached_ = false;  // the last Forward used a cache: activations of one layer at a time
   // Slot of the residual stream entering layer l in acts_.res: l, or l % 2 when cached_.
   int64_t ResidualSlot(int64_t l) const { return cached_ ? l % 2 : l; }

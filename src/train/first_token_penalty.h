@@ -22,23 +22,39 @@
 #define ATTNLAB_TRAIN_FIRST_TOKEN_PENALTY_H_
 
 #include <cstdint>
+#include <string>
 
 #include "attnlab/model_config.h"
 #include "attnlab/status.h"
 
 namespace attnlab {
 
-// alpha = 1/len sum_t P_{t,0} for one sequence and head: q row t at q + t * q_stride, k row j at
-// k + j * k_stride (hd values each), causal softmax of scale q_t . k_j. If gq / gk are non-null,
-// ADDS coef * d alpha / d q_t (resp. / d k_j) at the same layout. REQUIRES: len >= 1, hd >= 1.
+// The share of attention on key c, averaged over the queries that see it, for one sequence and
+// head: m_c = 1/(len - c) sum_{t >= c} P_{t,c}, with q row t at q + t * q_stride, k row j at
+// k + j * k_stride (hd values each) and P the causal softmax of scale q_t . k_j. The gradients
+// are those above with key 0 replaced by c:
+//   d m_c / d q_t = scale/(len-c) P_{t,c} (k_c - sum_{j <= t} P_{t,j} k_j)            (t >= c)
+//   d m_c / d k_j = scale/(len-c) sum_{t >= max(j,c)} P_{t,c} (delta_{jc} - P_{t,j}) q_t
+// If gq / gk are non-null, ADDS coef * d m_c / d q_t (resp. / d k_j) at the same layout.
+// experiments/manipulation.h moves a head's attention onto key c with it. REQUIRES:
+// 0 <= c < len, hd >= 1.
+template <typename T>
+double KeyShare(const T* q, int64_t q_stride, const T* k, int64_t k_stride, int64_t len,
+                int64_t hd, double scale, int64_t c, T* gq, T* gk, double coef);
+
+// alpha = m_0 = 1/len sum_t P_{t,0} (KeyShare with c = 0).
 template <typename T>
 double FirstKeyShare(const T* q, int64_t q_stride, const T* k, int64_t k_stride, int64_t len,
-                     int64_t hd, double scale, T* gq, T* gk, double coef);
+                     int64_t hd, double scale, T* gq, T* gk, double coef) {
+  return KeyShare<T>(q, q_stride, k, k_stride, len, hd, scale, 0, gq, gk, coef);
+}
 
 // Ok when the penalty's formula is the attention of model `c`: causal standard softmax over
 // every earlier key (no window, sparse or linear attention, no first-key mask, key bias, extra
 // softmax entry or dedicated sink token); otherwise InvalidArgument saying which option.
 Status CheckFirstTokenPenaltySupported(const ModelConfig& c);
+// The same check for any user of KeyShare on a model's attention: "<user> is defined for ...".
+Status CheckKeyShareSupported(const ModelConfig& c, const std::string& user);
 
 }  // namespace attnlab
 

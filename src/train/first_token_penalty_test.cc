@@ -26,11 +26,12 @@ std::vector<double> Random(int64_t n, uint64_t seed, double sd) {
   return v;
 }
 
-// alpha written out: every row's softmax over keys 0..t, then the mean of column 0.
+// m_c written out: every row's softmax over keys 0..t, then the mean of column c over the rows
+// t >= c (c = 0: alpha).
 double AlphaNaive(const std::vector<double>& q, const std::vector<double>& k, int64_t T,
-                  int64_t hd, int64_t stride, double scale) {
+                  int64_t hd, int64_t stride, double scale, int64_t c = 0) {
   double a = 0;
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = c; t < T; ++t) {
     std::vector<double> e(t + 1);
     double z = 0;
     for (int64_t j = 0; j <= t; ++j) {
@@ -38,41 +39,50 @@ double AlphaNaive(const std::vector<double>& q, const std::vector<double>& k, in
       for (int64_t d = 0; d < hd; ++d) s += q[t * stride + d] * k[j * stride + d];
       z += (e[j] = std::exp(s * scale));
     }
-    a += e[0] / z;
+    a += e[c] / z;
   }
-  return a / T;
+  return a / double(T - c);
 }
 
+// Key 0 (alpha) and, through KeyShare, any key c (the first, a middle one, the last).
 TEST(FirstTokenPenalty, AlphaAndGradientsMatchDefinitionAndFiniteDifferences) {
   for (int64_t T : {1, 2, 7, 13}) {
     for (int64_t hd : {1, 3, 8}) {
-      SCOPED_TRACE("T " + std::to_string(T) + " hd " + std::to_string(hd));
-      const int64_t stride = hd + 2;  // rows padded: the strides are honoured
-      std::vector<double> q = Random(T * stride, 11 + T, 1.3), k = Random(T * stride, 7 + hd, 1.3);
-      const double scale = 1.0 / std::sqrt(double(hd)), coef = 0.7;
-      std::vector<double> gq(q.size(), 0.0), gk(k.size(), 0.0);
-      const double a = FirstKeyShare<double>(q.data(), stride, k.data(), stride, T, hd, scale,
-                                             gq.data(), gk.data(), coef);
-      EXPECT_NEAR(a, AlphaNaive(q, k, T, hd, stride, scale), 1e-14);
-      if (T == 1) {
-        EXPECT_EQ(a, 1.0);  // the only key
-      }
-      auto f = [&] {
-        return coef * FirstKeyShare<double>(q.data(), stride, k.data(), stride, T, hd, scale,
-                                            nullptr, nullptr, 0.0);
-      };
-      const double h = 1e-5;
-      for (auto* x : {&q, &k}) {
-        const std::vector<double>& g = x == &q ? gq : gk;
-        for (size_t i = 0; i < x->size(); ++i) {
-          const double saved = (*x)[i];
-          (*x)[i] = saved + h;
-          const double up = f();
-          (*x)[i] = saved - h;
-          const double down = f();
-          (*x)[i] = saved;
-          // Padding columns carry no gradient; the others match to truncation O(h^2) ~ 1e-10.
-          EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << (x == &q ? "q " : "k ") << i;
+      for (int64_t c : {int64_t{0}, T / 2, T - 1}) {
+        SCOPED_TRACE("T " + std::to_string(T) + " hd " + std::to_string(hd) + " key " +
+                     std::to_string(c));
+        const int64_t stride = hd + 2;  // rows padded: the strides are honoured
+        std::vector<double> q = Random(T * stride, 11 + T, 1.3);
+        std::vector<double> k = Random(T * stride, 7 + hd, 1.3);
+        const double scale = 1.0 / std::sqrt(double(hd)), coef = 0.7;
+        std::vector<double> gq(q.size(), 0.0), gk(k.size(), 0.0);
+        const double a = KeyShare<double>(q.data(), stride, k.data(), stride, T, hd, scale, c,
+                                          gq.data(), gk.data(), coef);
+        EXPECT_NEAR(a, AlphaNaive(q, k, T, hd, stride, scale, c), 1e-14);
+        if (c == 0) {
+          EXPECT_EQ(a, FirstKeyShare<double>(q.data(), stride, k.data(), stride, T, hd, scale,
+                                             nullptr, nullptr, 0.0));
+        }
+        if (T == 1) {
+          EXPECT_EQ(a, 1.0);  // the only key
+        }
+        auto f = [&] {
+          return coef * KeyShare<double>(q.data(), stride, k.data(), stride, T, hd, scale, c,
+                                         nullptr, nullptr, 0.0);
+        };
+        const double h = 1e-5;
+        for (auto* x : {&q, &k}) {
+          const std::vector<double>& g = x == &q ? gq : gk;
+          for (size_t i = 0; i < x->size(); ++i) {
+            const double saved = (*x)[i];
+            (*x)[i] = saved + h;
+            const double up = f();
+            (*x)[i] = saved - h;
+            const double down = f();
+            (*x)[i] = saved;
+            // Padding columns carry no gradient; the others match to truncation O(h^2) ~ 1e-10.
+            EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << (x == &q ? "q " : "k ") << i;
+          }
         }
       }
     }
