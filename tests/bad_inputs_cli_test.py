@@ -372,6 +372,12 @@ def main():
             ("experiment/out-of-range-threads", ["experiment", "collapse-depth", "--quick",
                                                  "--threads", "0", "--out", "exp"],
              "--threads: Value 0 not in range 1 to 1024", ["exp"]),
+            ("experiment/out-of-range-head", ["experiment", "manipulate", "--quick", "--layer",
+                                              "99", "--head", "0", "--out", "exp"],
+             "is not a head of this model", ["exp"]),
+            ("experiment/out-of-range-head-flag", ["experiment", "heads", "--quick", "--layer",
+                                                   "0", "--head", "0", "--out", "exp"],
+             "--layer and --head are for experiments that study one head", ["exp"]),
             # NaN weights: the loaders refuse them, so every command that loads a model does
             ("eval/nan-weights", ["eval", "--model", "cknan", "--text", "text.txt"],
              "tensor 'wte' has NaN at index 0", []),

@@ -548,6 +548,96 @@ def interventions(cli, d):
           f"{(res['loss_without_bos'] or loss) - loss:+.4f}, zero {dz:+.4f}, mean {dm:+.4f}")
 
 
+def manipulate_claim_rules(res):
+    """The three claims' verdicts recomputed from report.json's numbers."""
+    clean = res["clean"]["attention_on_target"]
+    moved, kl = res["claim_moved"], res["claim_kl"]
+    b = res["budgets"]
+    steer = any(x["optimised"]["attention_on_target"] - clean >= moved and
+                x["optimised"]["kl"] <= kl for x in b)
+    control = all(x["random"]["attention_on_target"] - clean <
+                  (x["optimised"]["attention_on_target"] - clean) / 3 for x in b)
+    imp = {x["pattern"]: x for x in res["imposed"]}
+    converse = imp["all on the target key"]["kl"] <= kl and imp["each row permuted"]["kl"] <= kl
+    names = ("a small input change moves a head's attention without changing the predictions",
+             "the steering is targeted: a random change of the same norm moves far less",
+             "imposing a different attention distribution on the head barely changes the predictions")
+    return dict(zip(names, (steer, control, converse)))
+
+
+def check_manipulate_report(out, name, given=None):
+    rep, html = load_report(out, "manipulate")
+    res = rep["results"]
+    check(rep["passed"], f"{name}: a check failed {rep['checks']}")
+    for fig in ("fig-moved-vs-kl", "fig-imposed"):
+        check(f'id="{fig}"' in html, f"{name}: report.html lacks {fig}")
+    heads = res["heads"]
+    if given is None:  # the most focused head among those with alpha_1 < 0.3
+        pool = [h for h in heads if h["alpha_1"] < 0.3] or heads
+        best = max(pool, key=lambda h: h["focus"])
+        check(res["head_choice"] == "most focused non-sink head" and
+              (res["layer"], res["head"]) == (best["layer"], best["head"]),
+              f"{name}: chose layer {res['layer']} head {res['head']}, expected {best}")
+    else:
+        check(res["head_choice"] == "given" and (res["layer"], res["head"]) == given,
+              f"{name}: the given head was not used")
+    check(res["target_key"] == res["positions"] // 2, f"{name}: target key")
+    clean = res["clean"]
+    check(clean["kl"] == 0 and clean["top1_agreement"] == 1, f"{name}: the clean run differs from itself")
+    for x in res["budgets"]:
+        check(x["relative_norm"] <= x["budget"] * (1 + 1e-4), f"{name}: over budget {x}")
+        o = x["optimised"]
+        check(o["objective"] <= clean["objective"] + 1e-12, f"{name}: the optimiser went uphill {x}")
+        j = -o["attention_on_target"] + res["kl_weight"] * max(0.0, o["kl"] - res["claim_kl"])
+        check(abs(j - o["objective"]) < 1e-9, f"{name}: objective {o} is not -share + w max(0, KL - bound)")
+        check(all(0 <= v[k] <= 1 for v in (o, x["random"]) for k in ("attention_on_target", "top1_agreement")),
+              f"{name}: shares outside [0, 1] {x}")
+    imp = {x["pattern"]: x for x in res["imposed"]}
+    check(abs(imp["all on the target key"]["attention_on_target"] - 1) < 1e-5, f"{name}: imposed mass")
+    check(imp["unchanged (explicit path)"]["kl"] < 1e-6, f"{name}: the explicit path changed the output")
+    claims = {c["name"]: c["holds"] for c in rep["claims"]}
+    rules = manipulate_claim_rules(res)
+    check(claims == rules, f"{name}: claims {claims} disagree with the numbers {rules}")
+    return rep, res
+
+
+def manipulate(cli, d):
+    """`experiment manipulate --quick`: on the default model (or the random-init fallback), and
+    with --layer/--head on a Llama-family layout (RoPE, RMSNorm, SwiGLU, GQA, no biases) trained
+    here for a few steps; every verdict recomputed from report.json."""
+    out = os.path.join(d, "manipulate")
+    p = run(cli, ["experiment", "manipulate", "--quick", "--seed", "1", "--out", out, "--threads", "2"])
+    check("[manipulate]" in p.stderr, "manipulate: no progress lines on stderr")
+    rep, res = check_manipulate_report(out, "manipulate")
+    p2 = run(cli, ["experiment", "manipulate", "--quick", "--seed", "1", "--out", out + "2",
+                   "--threads", "2"])
+    rep2 = json.load(open(os.path.join(out + "2", "report.json")))
+    check(rep2["results"] == res, "manipulate: not reproducible")
+    b = res["budgets"][-1]
+    print(f"ok: manipulate --quick ({rep['seconds']:.1f} s, {res['model_kind']} model, layer "
+          f"{res['layer']} head {res['head']}): share {res['clean']['attention_on_target']:.3f} -> "
+          f"{b['optimised']['attention_on_target']:.3f} at KL {b['optimised']['kl']:.4f}")
+
+    data = os.path.join(d, "data") if os.path.isdir(os.path.join(d, "data")) else make_data(cli, d)
+    cfg = os.path.join(d, "llama.json")
+    json.dump({"model": {"position": "rope", "rope_layout": "gptj", "norm_type": "rmsnorm",
+                         "mlp_activation": "swiglu", "bias": False, "n_kv_head": 2}}, open(cfg, "w"))
+    ck = os.path.join(d, "llama-ck")
+    run(cli, ["train", "--data", data, "--out", ck, "--config", cfg, "--layers", "2", "--d-model", "32",
+              "--heads", "4", "--context", "96", "--steps", "30", "--batch", "4", "--warmup", "5",
+              "--eval-every", "30", "--log-every", "30", "--checkpoint-every", "30", "--threads", "2"])
+    out = os.path.join(d, "manipulate-llama")
+    run(cli, ["experiment", "manipulate", "--quick", "--data", ck, "--layer", "1", "--head", "3",
+              "--out", out, "--threads", "2"])
+    rep, res = check_manipulate_report(out, "manipulate (llama layout)", given=(1, 3))
+    check(res["model_kind"] == "checkpoint", "manipulate (llama layout): not the trained checkpoint")
+    run(cli, ["experiment", "manipulate", "--quick", "--data", ck, "--layer", "2", "--head", "0",
+              "--out", os.path.join(d, "m-bad")], expect_ok=False, needle="not a head of this model")
+    run(cli, ["experiment", "heads", "--quick", "--layer", "0", "--head", "0",
+              "--out", os.path.join(d, "h-bad")], expect_ok=False, needle="--layer and --head")
+    print(f"ok: manipulate --quick on a Llama-family layout ({rep['seconds']:.1f} s)")
+
+
 def bad_inputs(cli, d):
     run(cli, ["experiment", "no-such-experiment", "--quick", "--out", os.path.join(d, "x")],
         expect_ok=False, needle="no-such-experiment")
@@ -571,6 +661,7 @@ def main():
         heads(cli, d)
         interventions(cli, d)
         sinks_and_collapse(cli, d)
+        manipulate(cli, d)
     print("all experiment checks passed")
 
 

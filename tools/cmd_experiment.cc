@@ -1,6 +1,7 @@
 // `attnlab experiment`: run one of the reproducible experiments (src/experiments/experiment.h).
 //
 //   attnlab [--threads N] experiment <name> [--quick] [--seed S] [--out DIR] [--data DIR]
+//                                           [--layer L --head H]  (manipulate)
 //   attnlab experiment --list
 //
 // Writes DIR/report.json and DIR/report.html (DIR defaults to experiments/<name>), prints the
@@ -23,6 +24,7 @@ struct ExperimentFlags {
   std::string name, out, data;
   bool quick = false, list = false, json = false;
   uint64_t seed = 1;
+  int64_t layer = -1, head = -1;
 };
 
 void List(bool json = false) {
@@ -51,7 +53,13 @@ void Run(const ExperimentFlags& f) {
     List();
     throw UsageError("unknown experiment '" + f.name + "' (see the list above)");
   }
+  if ((f.layer >= 0 || f.head >= 0) && !e->takes_head) {
+    throw UsageError("--layer and --head are for experiments that study one head (manipulate), "
+                     "not " + e->name);
+  }
   experiments::ExperimentOptions o;
+  o.layer = f.layer;
+  o.head = f.head;
   o.quick = f.quick;
   o.seed = f.seed;
   o.data = f.data;
@@ -137,6 +145,11 @@ void RegisterExperimentCommand(CLI::App& app) {
   cmd->add_option("--data", f->data,
                   "input of the experiment: a data directory (attnlab prepare) for the training "
                   "experiments, a model directory for heads");
+  cmd->add_option("--layer", f->layer,
+                  "manipulate: the layer of the head to steer (with --head; default: the most "
+                  "focused non-sink head)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--head", f->head, "manipulate: the head to steer (with --layer)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([f] { Run(*f); });
 }
 

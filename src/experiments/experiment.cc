@@ -27,6 +27,7 @@ const std::vector<Experiment>& AllExperiments() {
       ScalingExperiment(),
       RecallExperiment(),
       ExtrapolationExperiment(),
+      ManipulateExperiment(),
   };
   return all;
 }

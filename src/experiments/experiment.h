@@ -39,6 +39,7 @@ struct ExperimentOptions {
   std::string data;      // a data directory (attnlab prepare) for experiments that train;
                          // "" = the experiment's default
   bool progress = true;  // progress lines on stderr
+  int64_t layer = -1, head = -1;  // the head to study (experiments with takes_head); -1: chosen
 };
 
 struct Check {
@@ -76,6 +77,7 @@ struct Experiment {
   std::string name;
   std::string description;  // one line
   std::function<Result<ExperimentResult>(const ExperimentOptions&)> run;
+  bool takes_head = false;  // reads ExperimentOptions::layer / head (--layer, --head)
 };
 
 // Every experiment, in the order `attnlab experiment` lists them.
@@ -92,6 +94,7 @@ Experiment SinksCollapseExperiment();  // sinks_collapse.cc
 Experiment ScalingExperiment();        // scaling.cc
 Experiment RecallExperiment();         // recall.cc
 Experiment ExtrapolationExperiment();  // extrapolation.cc
+Experiment ManipulateExperiment();     // manipulate.cc
 
 // report.json (schema above) and report.html (with a "Checks" and a "Claims" section appended)
 // into options.out_dir.

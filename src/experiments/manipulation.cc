@@ -65,6 +65,8 @@ class ManipulationHooks : public ForwardHooks {
   }
 };
 
+constexpr double kFirstStep = 0.05;  // MoveAttention's first step, in units of the radius
+
 double Norm(const float* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
@@ -98,13 +100,14 @@ std::vector<float> RandomLike(const std::vector<float>& like, int64_t B, uint64_
 
 ManipulationObjective::ManipulationObjective(Gpt& g, std::vector<int32_t> tokens, int64_t B,
                                              int64_t T, const ManipulationTarget& target,
-                                             double kl_weight)
-    : g_(&g), tokens_(std::move(tokens)), B_(B), T_(T), target_(target), w_(kl_weight) {}
+                                             double kl_weight, double kl_free)
+    : g_(&g), tokens_(std::move(tokens)), B_(B), T_(T), target_(target), w_(kl_weight),
+      kl_free_(kl_free) {}
 
 Result<ManipulationObjective> ManipulationObjective::Create(Gpt& g, std::vector<int32_t> tokens,
                                                            int64_t B, int64_t T,
                                                            const ManipulationTarget& target,
-                                                           double kl_weight) {
+                                                           double kl_weight, double kl_free) {
   const ModelConfig& c = g.config();
   ATTNLAB_RETURN_IF_ERROR(CheckKeyShareSupported(c, "the attention manipulation"));
   if (g.matrices()) {
@@ -126,10 +129,11 @@ Result<ManipulationObjective> ManipulationObjective::Create(Gpt& g, std::vector<
         ") is outside the model (" + std::to_string(c.n_layer) + " layers, " +
         std::to_string(c.n_head) + " heads, " + std::to_string(Tm) + " positions)");
   }
-  if (!(kl_weight >= 0) || !std::isfinite(kl_weight)) {
-    return Status::InvalidArgument("the KL weight must be finite and >= 0");
+  if (!(kl_weight >= 0) || !std::isfinite(kl_weight) || !(kl_free >= 0) ||
+      !std::isfinite(kl_free)) {
+    return Status::InvalidArgument("the KL weight and the KL allowance must be finite and >= 0");
   }
-  ManipulationObjective obj(g, std::move(tokens), B, T, target, kl_weight);
+  ManipulationObjective obj(g, std::move(tokens), B, T, target, kl_weight, kl_free);
   obj.no_targets_.assign(B * T, -1);
   double loss = 0;
   g.set_hooks(nullptr);
@@ -190,7 +194,7 @@ Result<ManipulationValue> ManipulationObjective::Run(const std::vector<float>* d
   const int64_t kvh = h / group, l = target_.layer;
   ManipulationValue val;
   const float* P = g_->logits();  // probabilities (a Forward with targets)
-  std::vector<float> d_logits(grad ? N * V : 0);
+  std::vector<float> d_logits(grad ? N * V : 0, 0.0f);
   for (int64_t n = 0; n < N; ++n) {
     const float* p = P + n * V;
     const float* pc = p_clean_.data() + n * V;
@@ -201,13 +205,13 @@ Result<ManipulationValue> ManipulationObjective::Run(const std::vector<float>* d
     }
     val.kl += kl;
     val.top1 += (std::max_element(p, p + V) - p) == top_clean_[n];
-    if (grad) {
-      const float s = static_cast<float>(w_ / static_cast<double>(N));
-      for (int64_t v = 0; v < V; ++v) d_logits[n * V + v] = s * (p[v] - pc[v]);
-    }
   }
   val.kl /= static_cast<double>(N);
   val.top1 /= static_cast<double>(N);
+  if (grad && val.kl > kl_free_) {  // d/d logits of w (KL - kl_free) = w (p - p_clean) / N
+    const float s = static_cast<float>(w_ / static_cast<double>(N));
+    for (int64_t i = 0; i < N * V; ++i) d_logits[i] = s * (P[i] - p_clean_[i]);
+  }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const float* qkv = g_->qkv(l);
@@ -223,7 +227,7 @@ Result<ManipulationValue> ManipulationObjective::Run(const std::vector<float>* d
   }
   val.mass /= static_cast<double>(B_);
   if (imposed) val.mass = hooks.mass;  // what the head attended with, after the rewrite
-  val.objective = -val.mass + w_ * val.kl;
+  val.objective = -val.mass + w_ * std::max(0.0, val.kl - kl_free_);
   if (!grad) return val;
 
   AuxiliaryGradients aux;
@@ -236,39 +240,59 @@ Result<ManipulationValue> ManipulationObjective::Run(const std::vector<float>* d
   return val;
 }
 
-Result<MoveResult> MoveAttention(ManipulationObjective& obj, double budget, int64_t steps) {
+Result<MoveResult> MoveAttention(ManipulationObjective& obj, double budget, int64_t steps,
+                                 const std::vector<float>* start) {
   if (!(budget >= 0) || !std::isfinite(budget) || steps < 1) {
     return Status::InvalidArgument("the manipulation needs a finite budget >= 0 and >= 1 step");
   }
   const int64_t B = obj.batch(), per = obj.positions() * obj.width();
+  if (start && static_cast<int64_t>(start->size()) != B * per) {
+    return Status::InvalidArgument("the starting perturbation does not match the input");
+  }
   std::vector<double> radius = WindowNorms(obj.clean_stream(), B);
   for (double& r : radius) r *= budget;
-  MoveResult best;
-  std::vector<float> delta(B * per, 0.0f), grad;
-  ATTNLAB_ASSIGN_OR_RETURN(best.value, obj.Evaluate(delta, &grad));
-  best.delta = delta;
-  best.evaluations = 1;
-  for (int64_t k = 0; k < steps; ++k) {
-    const double lr = 0.25 * std::pow(0.1, steps > 1 ? double(k) / double(steps - 1) : 0.0);
+  // Window b of d onto the ball ||d_b|| <= R_b.
+  auto project = [&](std::vector<float>& d) {
     for (int64_t b = 0; b < B; ++b) {
-      float* d = delta.data() + b * per;
+      float* x = d.data() + b * per;
+      const double n = Norm(x, per);
+      if (n > radius[b]) {
+        const float s = static_cast<float>(radius[b] / n);
+        for (int64_t i = 0; i < per; ++i) x[i] *= s;
+      }
+    }
+  };
+  MoveResult best;
+  std::vector<float> grad, cand, cand_grad;
+  best.delta.assign(B * per, 0.0f);
+  if (start) {
+    best.delta = *start;
+    project(best.delta);
+  }
+  ATTNLAB_ASSIGN_OR_RETURN(best.value, obj.Evaluate(best.delta, &grad));
+  best.evaluations = 1;
+  double lr = kFirstStep;
+  for (int64_t k = 0; k < steps; ++k) {
+    cand = best.delta;
+    for (int64_t b = 0; b < B; ++b) {
+      float* d = cand.data() + b * per;
       const float* gb = grad.data() + b * per;
       const double gn = Norm(gb, per);
       if (gn > 0) {
         const float s = static_cast<float>(lr * radius[b] / gn);
         for (int64_t i = 0; i < per; ++i) d[i] -= s * gb[i];
       }
-      const double dn = Norm(d, per);
-      if (dn > radius[b]) {
-        const float s = static_cast<float>(radius[b] / dn);
-        for (int64_t i = 0; i < per; ++i) d[i] *= s;
-      }
     }
-    ATTNLAB_ASSIGN_OR_RETURN(ManipulationValue v, obj.Evaluate(delta, &grad));
+    project(cand);
+    ATTNLAB_ASSIGN_OR_RETURN(ManipulationValue v, obj.Evaluate(cand, &cand_grad));
     ++best.evaluations;
-    if (v.objective < best.value.objective) {
+    if (v.objective < best.value.objective) {  // accept, and try a longer step next
       best.value = v;
-      best.delta = delta;
+      std::swap(best.delta, cand);
+      std::swap(grad, cand_grad);
+      lr = std::min(1.0, lr * 1.5);
+    } else {  // reject: a shorter step from the same point
+      lr *= 0.5;
     }
   }
   return best;

@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "model/test_models.h"
@@ -61,11 +63,12 @@ TEST(Manipulation, GradientMatchesDirectionalDifferences) {
     const int64_t B = 2, T = 9;
     for (const ManipulationTarget t : {ManipulationTarget{1, 3, 4}, ManipulationTarget{0, 1, 0},
                                        ManipulationTarget{1, 2, T - 1}}) {
-      for (double w : {0.0, 5.0}) {
+      // A plain penalty, none, and an allowance the KL exceeds (delta below: KL ~ 0.1-1).
+      for (const auto& [w, free] : {std::pair{0.0, 0.0}, {5.0, 0.0}, {5.0, 1e-3}}) {
         SCOPED_TRACE("layer " + std::to_string(t.layer) + " key " + std::to_string(t.key) +
-                     " w " + std::to_string(w));
+                     " w " + std::to_string(w) + " free " + std::to_string(free));
         auto obj = ManipulationObjective::Create(
-            *g, test_models::RandomTokens(B * T, c.vocab_size, rng), B, T, t, w);
+            *g, test_models::RandomTokens(B * T, c.vocab_size, rng), B, T, t, w, free);
         ASSERT_TRUE(obj.ok()) << obj.status().ToString();
         const int64_t n = obj->batch() * obj->positions() * obj->width();
         // Away from delta = 0, where the KL's gradient vanishes.
@@ -84,10 +87,34 @@ TEST(Manipulation, GradientMatchesDirectionalDifferences) {
         const double analytic = Dot(grad, u);
         // fp32 forward: gpt_test.cc's tolerance for directional checks.
         EXPECT_NEAR(analytic, numeric, 0.02 * std::abs(numeric) + 2e-4);
-        EXPECT_NEAR(v->objective, -v->mass + w * v->kl, 1e-12);
+        EXPECT_NEAR(v->objective, -v->mass + w * std::max(0.0, v->kl - free), 1e-12);
+        if (free > 0) {
+          EXPECT_GT(v->kl, free);  // the allowance's kink is not between the steps
+        }
       }
     }
   }
+}
+
+// Inside the allowance the predictions are free: J = -m_c and its gradient the mass's alone.
+TEST(Manipulation, KlAllowanceFreesThePredictions) {
+  const ModelConfig c = Gpt2Style();
+  std::unique_ptr<Gpt> g = test_models::TinyModel(c, 7);
+  ASSERT_TRUE(g);
+  std::mt19937_64 rng(5);
+  const int64_t B = 2, T = 8;
+  const std::vector<int32_t> x = test_models::RandomTokens(B * T, c.vocab_size, rng);
+  auto free = ManipulationObjective::Create(*g, x, B, T, {1, 0, 3}, 5.0, 1e9);
+  auto mass_only = ManipulationObjective::Create(*g, x, B, T, {1, 0, 3}, 0.0, 0.0);
+  ASSERT_TRUE(free.ok() && mass_only.ok());
+  const std::vector<float> delta = Gaussian(B * T * c.d_model, 0.2, 3);
+  std::vector<float> g1, g2;
+  auto v1 = free->Evaluate(delta, &g1);
+  auto v2 = mass_only->Evaluate(delta, &g2);
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  EXPECT_GT(v1->kl, 0.0);
+  EXPECT_EQ(v1->objective, -v1->mass);
+  EXPECT_EQ(g1, g2);
 }
 
 TEST(Manipulation, CleanAndImposedPatterns) {
@@ -155,6 +182,19 @@ TEST(Manipulation, MoveAttentionStaysInBudgetAndMovesTheMass) {
     const std::vector<double> rn = WindowNorms(r, B);
     for (int64_t b = 0; b < B; ++b) EXPECT_NEAR(rn[b], d[b], 1e-4 * (1 + d[b]));
   }
+  // A warm start from a larger ball's result is projected into the smaller one, and a larger
+  // ball started from a smaller one's result never ends worse.
+  auto big = MoveAttention(*obj, 0.3, 10);
+  ASSERT_TRUE(big.ok());
+  auto small = MoveAttention(*obj, 0.02, 5, &big->delta);
+  ASSERT_TRUE(small.ok());
+  const std::vector<double> sn = WindowNorms(small->delta, B);
+  for (int64_t b = 0; b < B; ++b) EXPECT_LE(sn[b], 0.02 * x0[b] * (1 + 1e-5));
+  auto again = MoveAttention(*obj, 0.5, 5, &big->delta);
+  ASSERT_TRUE(again.ok());
+  EXPECT_LE(again->value.objective, big->value.objective);
+  const std::vector<float> wrong(3, 0.0f);
+  EXPECT_FALSE(MoveAttention(*obj, 0.1, 3, &wrong).ok());
   EXPECT_FALSE(MoveAttention(*obj, -1.0, 3).ok());
   EXPECT_FALSE(MoveAttention(*obj, 0.1, 0).ok());
 }

@@ -1,0 +1,501 @@
+// manipulate: can a head's attention be moved to an arbitrary position by a small input change
+// that leaves the predictions alone (the mission's document on attention's limits: attention
+// weights are then a weak explanation and a robustness risk)? And the converse: does imposing a
+// different attention distribution on the head change the predictions? On the model and text of
+// experiments/model_source.h (the default model and data/sample.txt unless --data).
+//
+//   1. The head: --layer/--head, or the strongest non-sink head: among heads whose first-token
+//      share alpha_1 is below Gu et al.'s 0.3 (arXiv:2410.10781), the most focused one, i.e. the
+//      lowest mean normalised entropy H_t / log(t + 1) over rows t >= 1 (the head whose pattern
+//      a reader would take as an explanation). Target key c = Tm / 2 (a text token mid-window).
+//   2. Steering (experiments/manipulation.h): per budget eps, the perturbation of the embeddings
+//      with ||delta_b|| <= eps ||x0_b|| minimising -m_c + w max(0, KL - 0.05) (w = 10: a KL up
+//      to the claim's bound is free), found by projected gradient steps through the model's own
+//      backward, each budget starting from the previous one's result; the control is a random
+//      perturbation of the same norm. Reported: m_c moved, KL(p_clean || p), top-1 agreement.
+//   3. Imposed (Jain & Wallace 2019's setting): the head's pattern replaced by all-on-c, a random
+//      permutation of each row, or uniform, and the output change each causes.
+// Claims: Jain & Wallace 2019 (arXiv:1902.10186) and Serrano & Smith 2019 (arXiv:1906.03731)
+// against Wiegreffe & Pinter 2019 (arXiv:1908.04626), verdicts from the numbers.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/json_number.h"
+#include "experiments/experiment.h"
+#include "experiments/experiment_report.h"
+#include "experiments/manipulation.h"
+#include "experiments/model_source.h"
+#include "report/svg_plot.h"
+
+namespace attnlab::experiments {
+namespace {
+
+constexpr char kName[] = "manipulate";
+constexpr double kKlWeight = 10;      // w in -m_c + w max(0, KL - kKlClaim)
+constexpr double kSinkAlpha = 0.3;     // Gu et al.'s epsilon: alpha_1 above it is a sink head
+constexpr double kMovedClaim = 0.3;    // the steering claim: m_c rises by at least this ...
+constexpr double kKlClaim = 0.05;      // ... while KL(p_clean || p) stays at most this (nats)
+constexpr double kGradientTolerance = 0.05;  // relative, fp32 model, directional difference
+
+struct Sizes {
+  int64_t windows, window, steps;
+  std::vector<double> budgets;  // eps: ||delta_b|| / ||x0_b||
+};
+Sizes SizesFor(bool quick) {
+  if (quick) return {2, 64, 30, {0.03, 0.1, 0.3}};
+  return {8, 256, 60, {0.01, 0.03, 0.1, 0.3}};
+}
+
+struct HeadStat {
+  int64_t layer = 0, head = 0;
+  double alpha1 = 0;  // mean attention on key 0
+  double focus = 0;   // 1 - mean over rows t >= 1 of H_t / log(t + 1)
+};
+
+// Every head's alpha_1 and focus from the last Forward's q and k (causal softmax, scale
+// 1/sqrt(hd): the attention CheckKeyShareSupported admits).
+std::vector<HeadStat> HeadStats(const Gpt& g) {
+  const ModelConfig& c = g.config();
+  const int64_t L = c.n_layer, H = c.n_head, group = H / c.kv_heads(), hd = c.head_dim();
+  const int64_t Q = c.qkv_dim(), B = g.last_batch(), Tm = g.last_len();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<HeadStat> out;
+  std::vector<double> p(Tm);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t h = 0; h < H; ++h) {
+      HeadStat s{l, h, 0, 0};
+      double ent = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        const float* qkv = g.qkv(l) + b * Tm * Q;
+        for (int64_t t = 0; t < Tm; ++t) {
+          const float* q = qkv + t * Q + h * hd;
+          double mx = -INFINITY;
+          for (int64_t j = 0; j <= t; ++j) {
+            const float* k = qkv + j * Q + (H + h / group) * hd;
+            double d = 0;
+            for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[i]) * k[i];
+            mx = std::max(mx, p[j] = d * scale);
+          }
+          double z = 0;
+          for (int64_t j = 0; j <= t; ++j) z += (p[j] = std::exp(p[j] - mx));
+          double e = 0;
+          for (int64_t j = 0; j <= t; ++j) {
+            p[j] /= z;
+            if (p[j] > 0) e -= p[j] * std::log(p[j]);
+          }
+          s.alpha1 += p[0];
+          if (t >= 1) ent += e / std::log(static_cast<double>(t + 1));
+        }
+      }
+      s.alpha1 /= static_cast<double>(B * Tm);
+      s.focus = Tm > 1 ? 1.0 - ent / static_cast<double>(B * (Tm - 1)) : 0.0;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+struct BudgetRow {
+  double budget = 0, norm = 0;  // asked; the optimised delta's mean ||delta_b|| / ||x0_b||
+  ManipulationValue opt, rnd;
+};
+
+struct ImposedRow {
+  const char* name;
+  ImposedPattern pattern;
+  ManipulationValue value;
+};
+
+struct Measured {
+  Source src;
+  int64_t T = 0, Tm = 0, windows = 0, steps = 0;
+  HeadStat head;
+  bool head_given = false;
+  std::vector<HeadStat> heads;
+  int64_t key = 0;
+  ManipulationValue clean;
+  double grad_analytic = 0, grad_numeric = 0;
+  std::vector<BudgetRow> budgets;
+  std::vector<ImposedRow> imposed;
+};
+
+Result<HeadStat> ChooseHead(const ExperimentOptions& o, const std::vector<HeadStat>& heads,
+                            const ModelConfig& c, bool* given) {
+  *given = o.layer >= 0 || o.head >= 0;
+  if (*given) {
+    if (o.layer < 0 || o.layer >= c.n_layer || o.head < 0 || o.head >= c.n_head) {
+      return Status::InvalidArgument(
+          "--layer " + std::to_string(o.layer) + " --head " + std::to_string(o.head) +
+          " is not a head of this model (" + std::to_string(c.n_layer) + " layers of " +
+          std::to_string(c.n_head) + " heads; give both)");
+    }
+    return heads[o.layer * c.n_head + o.head];
+  }
+  const HeadStat* best = nullptr;
+  for (const HeadStat& s : heads) {
+    if (s.alpha1 < kSinkAlpha && (!best || s.focus > best->focus)) best = &s;
+  }
+  if (!best) {  // every head a sink: the least sink-like
+    for (const HeadStat& s : heads) {
+      if (!best || s.alpha1 < best->alpha1) best = &s;
+    }
+  }
+  return *best;
+}
+
+Result<Measured> Measure(const ExperimentOptions& o) {
+  Measured m;
+  const Sizes sz = SizesFor(o.quick);
+  ATTNLAB_ASSIGN_OR_RETURN(m.src, LoadSource(o));
+  Gpt& g = *m.src.g;
+  const ModelConfig& c = g.config();
+  m.T = std::min<int64_t>(sz.window, c.context);
+  std::vector<Window> ws = MakeWindows(m.src.ids, m.src.bos, m.T);
+  if (static_cast<int64_t>(ws.size()) > sz.windows) ws.resize(sz.windows);
+  if (ws.empty()) return Status::InvalidArgument("the text is shorter than one window");
+  m.windows = static_cast<int64_t>(ws.size());
+  m.steps = sz.steps;
+  std::vector<int32_t> x;
+  for (const Window& w : ws) x.insert(x.end(), w.x.begin(), w.x.end());
+  Progress(o, kName, "model %s (%s): %lld layers x %lld heads; %s: %lld windows of %lld tokens",
+           m.src.model.c_str(), m.src.model_kind.c_str(), static_cast<long long>(c.n_layer),
+           static_cast<long long>(c.n_head), m.src.text.c_str(),
+           static_cast<long long>(m.windows), static_cast<long long>(m.T));
+
+  ATTNLAB_RETURN_IF_ERROR(g.Forward(x.data(), nullptr, m.windows, m.T, nullptr));
+  m.Tm = g.last_len();
+  m.heads = HeadStats(g);
+  ATTNLAB_ASSIGN_OR_RETURN(m.head, ChooseHead(o, m.heads, c, &m.head_given));
+  m.key = m.Tm / 2;
+  Progress(o, kName, "head: layer %lld head %lld (%s; alpha_1 %.3f, focus %.3f); target key %lld",
+           static_cast<long long>(m.head.layer), static_cast<long long>(m.head.head),
+           m.head_given ? "given" : "the most focused non-sink head", m.head.alpha1, m.head.focus,
+           static_cast<long long>(m.key));
+  ATTNLAB_ASSIGN_OR_RETURN(
+      ManipulationObjective obj,
+      ManipulationObjective::Create(g, x, m.windows, m.T, {m.head.layer, m.head.head, m.key},
+                                    kKlWeight, kKlClaim));
+  m.clean = obj.clean();
+
+  {  // The gradient through the model's own backward, along a random direction u, at a point
+     // inside the smallest ball (u and the point scaled to the windows' embedding norms).
+    const std::vector<float>& x0 = obj.clean_stream();
+    std::vector<float> point = RandomLike(x0, m.windows, o.seed * 31 + 1);
+    std::vector<float> u = RandomLike(x0, m.windows, o.seed * 31 + 2);
+    const float sp = static_cast<float>(sz.budgets.front()), su = 0.01f;
+    for (float& v : point) v *= sp;
+    for (float& v : u) v *= su;
+    std::vector<float> grad;
+    ATTNLAB_ASSIGN_OR_RETURN(ManipulationValue at, obj.Evaluate(point, &grad));
+    (void)at;
+    for (size_t i = 0; i < u.size(); ++i) m.grad_analytic += static_cast<double>(grad[i]) * u[i];
+    Status failed = Status::Ok();
+    auto f = [&](double h) {
+      std::vector<float> d = point;
+      for (size_t i = 0; i < d.size(); ++i) d[i] += static_cast<float>(h) * u[i];
+      Result<ManipulationValue> v = obj.Evaluate(d, nullptr);
+      if (!v.ok()) {
+        failed = v.status();
+        return 0.0;
+      }
+      return v->objective;
+    };
+    // Richardson-extrapolated central difference over steps h and h / 2 (O(h^4) truncation).
+    const double h = 0.1, d1 = (f(h) - f(-h)) / (2 * h), d2 = (f(h / 2) - f(-h / 2)) / h;
+    m.grad_numeric = (4 * d2 - d1) / 3;
+    ATTNLAB_RETURN_IF_ERROR(failed);
+  }
+
+  std::vector<float> previous;  // the last budget's perturbation: where the next one starts
+  for (size_t i = 0; i < sz.budgets.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    BudgetRow row;
+    row.budget = sz.budgets[i];
+    ATTNLAB_ASSIGN_OR_RETURN(
+        MoveResult mv,
+        MoveAttention(obj, row.budget, sz.steps, previous.empty() ? nullptr : &previous));
+    previous = mv.delta;
+    row.opt = mv.value;
+    const std::vector<double> dn = WindowNorms(mv.delta, m.windows);
+    const std::vector<double> xn = WindowNorms(obj.clean_stream(), m.windows);
+    for (int64_t b = 0; b < m.windows; ++b) row.norm += dn[b] / xn[b] / double(m.windows);
+    ATTNLAB_ASSIGN_OR_RETURN(row.rnd,
+                             obj.Evaluate(RandomLike(mv.delta, m.windows, o.seed * 97 + i), nullptr));
+    Progress(o, kName,
+             "budget %.3g: attention on key %lld %.3f -> %.3f, KL %.4f, top-1 %.1f%%; random of "
+             "the same norm: %.3f, KL %.4f (%.1f s)",
+             row.budget, static_cast<long long>(m.key), m.clean.mass, row.opt.mass, row.opt.kl,
+             100 * row.opt.top1, row.rnd.mass, row.rnd.kl, SecondsSince(t0));
+    m.budgets.push_back(row);
+  }
+  m.imposed = {{"unchanged (explicit path)", ImposedPattern::kNone, {}},
+               {"all on the target key", ImposedPattern::kOnTarget, {}},
+               {"each row permuted", ImposedPattern::kPermuted, {}},
+               {"uniform", ImposedPattern::kUniform, {}}};
+  for (ImposedRow& r : m.imposed) {
+    ATTNLAB_ASSIGN_OR_RETURN(r.value, obj.EvaluateImposed(r.pattern, o.seed));
+    Progress(o, kName, "imposed %s: attention on key %lld %.3f, KL %.4f, top-1 %.1f%%", r.name,
+             static_cast<long long>(m.key), r.value.mass, r.value.kl, 100 * r.value.top1);
+  }
+  return m;
+}
+
+bool Finite(const ManipulationValue& v) {
+  return std::isfinite(v.mass) && std::isfinite(v.kl) && std::isfinite(v.top1);
+}
+
+// The smallest budget whose optimised perturbation meets the steering claim; null: none.
+const BudgetRow* Steered(const Measured& m) {
+  for (const BudgetRow& b : m.budgets) {
+    if (b.opt.mass - m.clean.mass >= kMovedClaim && b.opt.kl <= kKlClaim) return &b;
+  }
+  return nullptr;
+}
+
+Status AddChecks(const Measured& m, ExperimentResult& r) {
+  bool finite = Finite(m.clean);
+  for (const BudgetRow& b : m.budgets) finite = finite && Finite(b.opt) && Finite(b.rnd);
+  for (const ImposedRow& i : m.imposed) finite = finite && Finite(i.value);
+  r.AddCheck("every attention share, KL and agreement is finite", finite, "");
+  const double err = std::abs(m.grad_analytic - m.grad_numeric);
+  r.AddCheck("the objective's gradient through the model's backward matches central differences",
+             err <= kGradientTolerance * std::abs(m.grad_numeric) + 1e-6,
+             "directional derivative " + Fmt(m.grad_analytic, "%.6g") + " analytic vs " +
+                 Fmt(m.grad_numeric, "%.6g") + " (Richardson central difference)");
+  bool in_budget = true, not_worse = true;
+  std::string norms;
+  for (const BudgetRow& b : m.budgets) {
+    in_budget = in_budget && b.norm <= b.budget * (1 + 1e-4);
+    not_worse = not_worse && b.opt.objective <= m.clean.objective;
+    norms += (norms.empty() ? "" : ", ") + Fmt(b.norm, "%.4g") + " <= " + Fmt(b.budget);
+  }
+  r.AddCheck("every optimised perturbation stays within its budget", in_budget, norms);
+  r.AddCheck("the optimiser never ends above the clean objective", not_worse, "");
+  const ManipulationValue& none = m.imposed[0].value;
+  r.AddCheck("the pattern hook with nothing rewritten reproduces the clean forward",
+             none.kl < 1e-6 && std::abs(none.mass - m.clean.mass) < 1e-4 && none.top1 == 1.0,
+             "KL " + Fmt(none.kl) + ", share " + Fmt(none.mass, "%.6f") + " vs " +
+                 Fmt(m.clean.mass, "%.6f"));
+  r.AddCheck("the imposed all-on-target pattern puts all attention on the target",
+             std::abs(m.imposed[1].value.mass - 1.0) < 1e-5, Fmt(m.imposed[1].value.mass, "%.6f"));
+  return Status::Ok();
+}
+
+std::string Describe(const ManipulationValue& v, const ManipulationValue& clean) {
+  return "share " + Fmt(clean.mass, "%.3f") + " -> " + Fmt(v.mass, "%.3f") + ", KL " +
+         Fmt(v.kl, "%.4f") + " nats, top-1 agreement " + Fmt(100 * v.top1, "%.1f") + "%";
+}
+
+Status AddClaims(const Measured& m, ExperimentResult& r) {
+  const BudgetRow* s = Steered(m);
+  const BudgetRow& largest = m.budgets.back();
+  r.AddClaim("a small input change moves a head's attention without changing the predictions",
+             "Jain & Wallace 2019 (arXiv:1902.10186); Serrano & Smith 2019 (arXiv:1906.03731)",
+             "at some budget the attention share on the target key rises by >= " +
+                 Fmt(kMovedClaim) + " while KL(p_clean || p) <= " + Fmt(kKlClaim) + " nats",
+             s ? "budget " + Fmt(s->budget) + ": " + Describe(s->opt, m.clean)
+               : "no budget does; largest (" + Fmt(largest.budget) + "): " +
+                     Describe(largest.opt, m.clean),
+             s != nullptr);
+  bool control = true;
+  std::string measured;
+  for (const BudgetRow& b : m.budgets) {
+    const double opt = b.opt.mass - m.clean.mass, rnd = b.rnd.mass - m.clean.mass;
+    control = control && rnd < opt / 3;
+    measured += (measured.empty() ? "" : "; ") + Fmt(b.budget) + ": " + Fmt(opt, "%+.3f") +
+                " vs random " + Fmt(rnd, "%+.3f");
+  }
+  r.AddClaim("the steering is targeted: a random change of the same norm moves far less",
+             "the control of this experiment",
+             "at every budget the random perturbation's share change is below a third of the "
+             "optimised one's",
+             measured, control);
+  const ManipulationValue& on = m.imposed[1].value;
+  const ManipulationValue& perm = m.imposed[2].value;
+  r.AddClaim("imposing a different attention distribution on the head barely changes the "
+             "predictions",
+             "Jain & Wallace 2019 (arXiv:1902.10186); against: Wiegreffe & Pinter 2019 "
+             "(arXiv:1908.04626)",
+             "all attention on the target key and a random permutation of each row each keep "
+             "KL(p_clean || p) <= " + Fmt(kKlClaim) + " nats",
+             "all on the target: KL " + Fmt(on.kl, "%.4f") + ", top-1 " +
+                 Fmt(100 * on.top1, "%.1f") + "%; permuted: KL " + Fmt(perm.kl, "%.4f") +
+                 ", top-1 " + Fmt(100 * perm.top1, "%.1f") + "%",
+             on.kl <= kKlClaim && perm.kl <= kKlClaim);
+  return Status::Ok();
+}
+
+nlohmann::json ValueJson(const ManipulationValue& v) {
+  return {{"attention_on_target", JsonNumber(v.mass)}, {"kl", JsonNumber(v.kl)},
+          {"top1_agreement", JsonNumber(v.top1)}, {"objective", JsonNumber(v.objective)}};
+}
+
+Status AddResults(const Measured& m, ExperimentResult& r) {
+  nlohmann::json budgets = nlohmann::json::array(), imposed = nlohmann::json::array(),
+                 heads = nlohmann::json::array();
+  for (const BudgetRow& b : m.budgets) {
+    budgets.push_back({{"budget", b.budget}, {"relative_norm", JsonNumber(b.norm)},
+                       {"optimised", ValueJson(b.opt)}, {"random", ValueJson(b.rnd)}});
+  }
+  for (const ImposedRow& i : m.imposed) {
+    nlohmann::json j = ValueJson(i.value);
+    j["pattern"] = i.name;
+    imposed.push_back(j);
+  }
+  for (const HeadStat& h : m.heads) {
+    heads.push_back({{"layer", h.layer}, {"head", h.head}, {"alpha_1", JsonNumber(h.alpha1)},
+                     {"focus", JsonNumber(h.focus)}});
+  }
+  r.results = {{"model", m.src.model}, {"model_kind", m.src.model_kind}, {"text", m.src.text},
+               {"windows", m.windows}, {"window", m.T}, {"positions", m.Tm},
+               {"layer", m.head.layer}, {"head", m.head.head},
+               {"head_choice", m.head_given ? "given" : "most focused non-sink head"},
+               {"head_alpha_1", JsonNumber(m.head.alpha1)}, {"head_focus", JsonNumber(m.head.focus)},
+               {"target_key", m.key}, {"kl_weight", kKlWeight}, {"steps", m.steps},
+               {"claim_moved", kMovedClaim}, {"claim_kl", kKlClaim},
+               {"clean", ValueJson(m.clean)},
+               {"gradient_check", {{"analytic", JsonNumber(m.grad_analytic)},
+                                   {"numeric", JsonNumber(m.grad_numeric)}}},
+               {"budgets", budgets}, {"imposed", imposed}, {"heads", heads}};
+  return Status::Ok();
+}
+
+std::string HeadName(const Measured& m) {
+  return "layer " + std::to_string(m.head.layer) + " head " + std::to_string(m.head.head);
+}
+
+Status AddSummary(const Measured& m, ExperimentResult& r) {
+  const BudgetRow* s = Steered(m);
+  const BudgetRow& best = s ? *s : m.budgets.back();
+  r.summary = "On " + m.src.model + ", " + HeadName(m) + " (" +
+              (m.head_given ? "given" : "its most focused non-sink head") + ") puts " +
+              Fmt(m.clean.mass, "%.3f") + " of its attention on position " +
+              std::to_string(m.key) + ". " +
+              (s ? "A perturbation of " + Fmt(100 * best.budget) +
+                       "% of the embeddings' norm raises that to "
+                 : "No budget steers it within the bound; at " + Fmt(100 * best.budget) +
+                       "% of the embeddings' norm it reaches ") +
+              Fmt(best.opt.mass, "%.3f") + " with KL " + Fmt(best.opt.kl, "%.4f") +
+              " nats and the same top-1 prediction on " + Fmt(100 * best.opt.top1, "%.1f") +
+              "% of positions (a random change of that norm: " + Fmt(best.rnd.mass, "%.3f") +
+              "). Imposing all attention on that position directly: KL " +
+              Fmt(m.imposed[1].value.kl, "%.4f") + " nats; permuting each row: KL " +
+              Fmt(m.imposed[2].value.kl, "%.4f") + " nats.";
+  return Status::Ok();
+}
+
+Status AddHtml(const Measured& m, ExperimentResult& r) {
+  r.html = report::HtmlReport("Steering attention without steering the output");
+  r.html.SetSubtitle(m.src.model + " (" + m.src.model_kind + "); " + m.src.text + ": " +
+                     std::to_string(m.windows) + " windows of " + std::to_string(m.T) +
+                     " tokens; " + HeadName(m) + ", target position " + std::to_string(m.key));
+  const BudgetRow* s = Steered(m);
+  r.html.AddSummaryFact("head", HeadName(m) + (m.head_given ? " (given)" : " (most focused non-sink)"));
+  r.html.AddSummaryFact("clean attention on the target", Fmt(m.clean.mass, "%.3f"));
+  r.html.AddSummaryFact(
+      "steered within KL " + Fmt(kKlClaim),
+      s ? Fmt(s->opt.mass, "%.3f") + " at budget " + Fmt(s->budget) : std::string("no"));
+  r.html.AddSummaryFact("imposed all-on-target KL", Fmt(m.imposed[1].value.kl, "%.4f") + " nats");
+
+  r.html.AddSection("steering", "Attention moved against the output's change, per budget");
+  std::vector<std::vector<std::string>> rows;
+  report::XyPlot moved;
+  moved.title = "Attention moved vs KL per budget";
+  moved.x.label = "KL(p_clean || p), nats (log)";
+  moved.x.scale = report::ScaleType::kLog10;
+  moved.y.label = "attention share on the target, change";
+  moved.markers = true;
+  report::Series so{"optimised", {}, {}}, sr{"random, same norm", {}, {}};
+  for (const BudgetRow& b : m.budgets) {
+    rows.push_back({Fmt(b.budget), Fmt(b.norm, "%.4f"), Fmt(b.opt.mass, "%.3f"),
+                    Fmt(b.opt.kl, "%.4f"), Fmt(100 * b.opt.top1, "%.1f") + "%",
+                    Fmt(b.rnd.mass, "%.3f"), Fmt(b.rnd.kl, "%.4f"),
+                    Fmt(100 * b.rnd.top1, "%.1f") + "%"});
+    so.x.push_back(std::max(b.opt.kl, 1e-9)), so.y.push_back(b.opt.mass - m.clean.mass);
+    sr.x.push_back(std::max(b.rnd.kl, 1e-9)), sr.y.push_back(b.rnd.mass - m.clean.mass);
+  }
+  r.html.AddTable({"budget", "||delta|| / ||x0||", "share (optimised)", "KL", "top-1",
+                   "share (random)", "KL", "top-1"},
+                  rows,
+                  "Share: the head's attention on the target position, mean over the queries "
+                  "that see it and the windows (clean " + Fmt(m.clean.mass, "%.3f") +
+                      "). KL: mean over every position of KL(p_clean || p) of the next-token "
+                      "distributions. top-1: share of positions whose most likely next token is "
+                      "unchanged.");
+  moved.series = {so, sr};
+  moved.reference_lines = {{kMovedClaim, "claim: moved >= " + Fmt(kMovedClaim)}};
+  r.html.AddFigure(report::RenderLinePlot(moved),
+                   "Each point is one budget (" + JoinNumbers([&] {
+                     std::vector<double> v;
+                     for (const BudgetRow& b : m.budgets) v.push_back(b.budget);
+                     return v;
+                   }(), "%.3g", ", ") + " of the embeddings' norm); the steering claim asks for a "
+                   "point above the dashed line left of KL " + Fmt(kKlClaim) + ".",
+                   "fig-moved-vs-kl");
+
+  r.html.AddSection("imposed", "The converse: the head's attention imposed directly");
+  report::BarChart bc;
+  bc.title = "Output change when the head's pattern is replaced";
+  bc.y.label = "KL(p_clean || p), nats";
+  report::BarSeries d{"KL", {}};
+  std::vector<std::vector<std::string>> irows;
+  for (const ImposedRow& i : m.imposed) {
+    bc.categories.push_back(i.name);
+    d.values.push_back(i.value.kl);
+    irows.push_back({i.name, Fmt(i.value.mass, "%.3f"), Fmt(i.value.kl, "%.4f"),
+                     Fmt(100 * i.value.top1, "%.1f") + "%"});
+  }
+  bc.series = {d};
+  bc.reference_lines = {{kKlClaim, "claim bound"}};
+  r.html.AddTable({"pattern of " + HeadName(m), "share on the target", "KL", "top-1"}, irows,
+                  "The clean input; only this head's probabilities rewritten (its other inputs "
+                  "and every other head as computed).");
+  r.html.AddFigure(report::RenderBarChart(bc), "The KL column of the table.", "fig-imposed");
+
+  r.html.AddSection("heads", "Candidate heads");
+  std::vector<std::vector<std::string>> hrows;
+  std::vector<HeadStat> sorted = m.heads;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const HeadStat& a, const HeadStat& b) { return a.focus > b.focus; });
+  for (size_t i = 0; i < sorted.size() && i < 8; ++i) {
+    hrows.push_back({std::to_string(sorted[i].layer), std::to_string(sorted[i].head),
+                     Fmt(sorted[i].alpha1, "%.3f"), Fmt(sorted[i].focus, "%.3f"),
+                     sorted[i].alpha1 >= kSinkAlpha ? "sink" : ""});
+  }
+  r.html.AddTable({"layer", "head", "alpha_1", "focus", ""}, hrows,
+                  "The most focused heads (focus = 1 - mean normalised entropy); sink heads "
+                  "(alpha_1 >= 0.3) are not chosen.");
+  AddSetupSection(r.html, {
+      "Perturbation: added to the stream entering layer 0 (blocks.0.hook_resid_pre), every "
+      "position of each window, ||delta_b|| <= budget x ||x0_b|| (Frobenius, per window).",
+      "Objective: -share + " + Fmt(kKlWeight) + " x max(0, KL - " + Fmt(kKlClaim) +
+          ") (KL up to the claim's bound is free), " + std::to_string(m.steps) +
+          " projected normalised gradient steps per budget with an adaptive step (x1.5 after a "
+          "step that lowers the objective, x0.5 and undone after one that does not; the first "
+          "5% of the ball's radius), each budget starting from the previous one's result; "
+          "gradients through the model's own backward.",
+      "Control: a Gaussian perturbation with the optimised one's per-window norms.",
+  });
+  return Status::Ok();
+}
+
+Result<ExperimentResult> RunManipulate(const ExperimentOptions& o) {
+  ATTNLAB_ASSIGN_OR_RETURN(const Measured m, Measure(o));
+  return AssembleReport<Measured>(m, {AddChecks, AddClaims, AddResults, AddSummary, AddHtml});
+}
+
+}  // namespace
+
+Experiment ManipulateExperiment() {
+  Experiment e{kName,
+               "steer one head's attention with a small input change that leaves the "
+               "predictions alone, and impose attention directly (Jain & Wallace 2019)",
+               RunManipulate};
+  e.takes_head = true;
+  return e;
+}
+
+}  // namespace attnlab::experiments
