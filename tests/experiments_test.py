@@ -548,21 +548,30 @@ def interventions(cli, d):
           f"{(res['loss_without_bos'] or loss) - loss:+.4f}, zero {dz:+.4f}, mean {dm:+.4f}")
 
 
+def manipulate_steered(res, sub):
+    clean = sub["clean"]["attention_on_target"]
+    return any(x["optimised"]["attention_on_target"] - clean >= res["claim_moved"] and
+               x["optimised"]["kl"] <= res["claim_kl"] for x in sub["budgets"])
+
+
 def manipulate_claim_rules(res):
-    """The three claims' verdicts recomputed from report.json's numbers."""
-    clean = res["clean"]["attention_on_target"]
-    moved, kl = res["claim_moved"], res["claim_kl"]
-    b = res["budgets"]
-    steer = any(x["optimised"]["attention_on_target"] - clean >= moved and
-                x["optimised"]["kl"] <= kl for x in b)
+    """The claims' verdicts recomputed from report.json's numbers."""
+    s = res["subjects"][0]
+    clean, kl = s["clean"]["attention_on_target"], res["claim_kl"]
     control = all(x["random"]["attention_on_target"] - clean <
-                  (x["optimised"]["attention_on_target"] - clean) / 3 for x in b)
-    imp = {x["pattern"]: x for x in res["imposed"]}
+                  (x["optimised"]["attention_on_target"] - clean) / 3 for x in s["budgets"])
+    imp = {x["pattern"]: x for x in s["imposed"]}
     converse = imp["all on the target key"]["kl"] <= kl and imp["each row permuted"]["kl"] <= kl
-    names = ("a small input change moves a head's attention without changing the predictions",
-             "the steering is targeted: a random change of the same norm moves far less",
-             "imposing a different attention distribution on the head barely changes the predictions")
-    return dict(zip(names, (steer, control, converse)))
+    rules = {
+        "a small input change moves a head's attention without changing the predictions":
+            manipulate_steered(res, s),
+        "the steering is targeted: a random change of the same norm moves far less": control,
+        "imposing a different attention distribution on the head barely changes the predictions":
+            converse}
+    if len(res["subjects"]) > 1:
+        rules["a sink head's attention can be moved freely: it is dormant"] = \
+            manipulate_steered(res, res["subjects"][1])
+    return rules
 
 
 def check_manipulate_report(out, name, given=None):
@@ -571,30 +580,48 @@ def check_manipulate_report(out, name, given=None):
     check(rep["passed"], f"{name}: a check failed {rep['checks']}")
     for fig in ("fig-moved-vs-kl", "fig-imposed"):
         check(f'id="{fig}"' in html, f"{name}: report.html lacks {fig}")
-    heads = res["heads"]
+    heads, subs = res["heads"], res["subjects"]
+    s0 = subs[0]
     if given is None:  # the most focused head among those with alpha_1 < 0.3
-        pool = [h for h in heads if h["alpha_1"] < 0.3] or heads
+        pool = [h for h in heads if h["alpha_1"] < res["sink_alpha"]] or heads
         best = max(pool, key=lambda h: h["focus"])
-        check(res["head_choice"] == "most focused non-sink head" and
-              (res["layer"], res["head"]) == (best["layer"], best["head"]),
-              f"{name}: chose layer {res['layer']} head {res['head']}, expected {best}")
+        check(s0["role"] == "most focused non-sink head" and
+              (s0["layer"], s0["head"]) == (best["layer"], best["head"]),
+              f"{name}: chose layer {s0['layer']} head {s0['head']}, expected {best}")
     else:
-        check(res["head_choice"] == "given" and (res["layer"], res["head"]) == given,
+        check(s0["role"] == "given" and (s0["layer"], s0["head"]) == given,
               f"{name}: the given head was not used")
+    sink = max(heads, key=lambda h: h["alpha_1"])
+    want_sink = sink["alpha_1"] >= res["sink_alpha"] and \
+        (sink["layer"], sink["head"]) != (s0["layer"], s0["head"])
+    check(len(subs) == 1 + want_sink, f"{name}: {len(subs)} subjects, the sink head expected: {want_sink}")
+    if want_sink:
+        check(subs[1]["role"] == "strongest sink head" and
+              (subs[1]["layer"], subs[1]["head"]) == (sink["layer"], sink["head"]),
+              f"{name}: the comparison head is not the strongest sink head")
     check(res["target_key"] == res["positions"] // 2, f"{name}: target key")
-    clean = res["clean"]
-    check(clean["kl"] == 0 and clean["top1_agreement"] == 1, f"{name}: the clean run differs from itself")
-    for x in res["budgets"]:
-        check(x["relative_norm"] <= x["budget"] * (1 + 1e-4), f"{name}: over budget {x}")
-        o = x["optimised"]
-        check(o["objective"] <= clean["objective"] + 1e-12, f"{name}: the optimiser went uphill {x}")
-        j = -o["attention_on_target"] + res["kl_weight"] * max(0.0, o["kl"] - res["claim_kl"])
-        check(abs(j - o["objective"]) < 1e-9, f"{name}: objective {o} is not -share + w max(0, KL - bound)")
-        check(all(0 <= v[k] <= 1 for v in (o, x["random"]) for k in ("attention_on_target", "top1_agreement")),
-              f"{name}: shares outside [0, 1] {x}")
-    imp = {x["pattern"]: x for x in res["imposed"]}
-    check(abs(imp["all on the target key"]["attention_on_target"] - 1) < 1e-5, f"{name}: imposed mass")
-    check(imp["unchanged (explicit path)"]["kl"] < 1e-6, f"{name}: the explicit path changed the output")
+    for s in subs:
+        clean = s["clean"]
+        check(clean["kl"] == 0 and clean["top1_agreement"] == 1,
+              f"{name}: the clean run differs from itself")
+        for x in s["budgets"]:
+            check(x["relative_norm"] <= x["budget"] * (1 + 1e-4), f"{name}: over budget {x}")
+            o = x["optimised"]
+            check(o["objective"] <= clean["objective"] + 1e-12, f"{name}: the optimiser went uphill {x}")
+            j = -o["attention_on_target"] + res["kl_weight"] * max(0.0, o["kl"] - res["claim_kl"])
+            check(abs(j - o["objective"]) < 1e-9,
+                  f"{name}: objective {o} is not -share + w max(0, KL - bound)")
+            check(all(0 <= v[k] <= 1 for v in (o, x["random"])
+                      for k in ("attention_on_target", "top1_agreement")),
+                  f"{name}: shares outside [0, 1] {x}")
+        objs = [x["optimised"]["objective"] for x in s["budgets"]]
+        check(all(b <= a + 1e-12 for a, b in zip(objs, objs[1:])),
+              f"{name}: a larger budget (started from the smaller one's result) ended worse {objs}")
+        imp = {x["pattern"]: x for x in s["imposed"]}
+        check(abs(imp["all on the target key"]["attention_on_target"] - 1) < 1e-5,
+              f"{name}: imposed mass")
+        check(imp["unchanged (explicit path)"]["kl"] < 1e-6,
+              f"{name}: the explicit path changed the output")
     claims = {c["name"]: c["holds"] for c in rep["claims"]}
     rules = manipulate_claim_rules(res)
     check(claims == rules, f"{name}: claims {claims} disagree with the numbers {rules}")
@@ -613,10 +640,12 @@ def manipulate(cli, d):
                    "--threads", "2"])
     rep2 = json.load(open(os.path.join(out + "2", "report.json")))
     check(rep2["results"] == res, "manipulate: not reproducible")
-    b = res["budgets"][-1]
+    s0 = res["subjects"][0]
+    b = s0["budgets"][-1]
     print(f"ok: manipulate --quick ({rep['seconds']:.1f} s, {res['model_kind']} model, layer "
-          f"{res['layer']} head {res['head']}): share {res['clean']['attention_on_target']:.3f} -> "
-          f"{b['optimised']['attention_on_target']:.3f} at KL {b['optimised']['kl']:.4f}")
+          f"{s0['layer']} head {s0['head']}): share {s0['clean']['attention_on_target']:.3f} -> "
+          f"{b['optimised']['attention_on_target']:.3f} at KL {b['optimised']['kl']:.4f}; "
+          f"{len(res['subjects'])} heads")
 
     data = os.path.join(d, "data") if os.path.isdir(os.path.join(d, "data")) else make_data(cli, d)
     cfg = os.path.join(d, "llama.json")
