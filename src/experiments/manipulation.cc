@@ -206,7 +206,7 @@ Result<ManipulationValue> ManipulationObjective::Run(const std::vector<float>* d
     val.kl += kl;
     val.top1 += (std::max_element(p, p + V) - p) == top_clean_[n];
   }
-  val.kl /= static_cast<double>(N);
+  val.kl = std::max(0.0, val.kl / static_cast<double>(N));  // >= 0 (fp32 rounding aside)
   val.top1 /= static_cast<double>(N);
   if (grad && val.kl > kl_free_) {  // d/d logits of w (KL - kl_free) = w (p - p_clean) / N
     const float s = static_cast<float>(w_ / static_cast<double>(N));
