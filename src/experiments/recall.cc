@@ -49,6 +49,7 @@
 #include "experiments/experiment.h"
 #include "experiments/experiment_report.h"
 #include "experiments/mqar.h"
+#include "experiments/recall_models.h"
 #include "experiments/recall_probe.h"
 #include "model/gpt.h"
 #include "report/svg_plot.h"
@@ -59,60 +60,17 @@ namespace attnlab::experiments {
 namespace {
 
 constexpr char kName[] = "recall";
-constexpr double kWeightDecay = 0.1;  // Zoology's
 
-struct Sizes {
-  int64_t layers, d_model, heads;
-  bool mlp;
-  double init_std;
-  std::vector<int64_t> pairs;  // kv counts: trained on the mixture, evaluated on each
-  int64_t keys, values;        // MQAR vocabulary (mqar.h)
-  int64_t tokens_per_count;    // training tokens per kv count per step
-  int64_t steps, warmup;
-  double lr;
-  int64_t window, global;  // window: keys i-window..i; sparse: plus `global` global positions
-  int64_t eval_queries;    // queries per kv count in the final evaluation
-  int64_t curve_points, curve_queries;  // accuracy during training: evaluations, queries per count
-  int64_t probe_dim, probe_seeds;
-  std::vector<int64_t> probe_lengths;
-};
-
-// Default: 4-6.5 min on 2 threads (235 s; 356-383 s with the cores shared with other jobs), the
-// probe a few seconds of it; softmax's phase transition comes at ~250 of its 800 steps at every
-// seed tried (1, 2). Quick: ~40 s; 8 keys put the transition at ~100 of 200 steps at every seed
-// tried (1-4; with 16 keys and 4-16 pairs it missed 250 steps at one seed of three).
-Sizes SizesFor(bool quick) {
-  return quick ? Sizes{2, 64, 4, false, 0.1, {2, 4, 8}, 8, 16, 512, 200, 20, 3e-3, 8, 4, 1024, 5, 256,
-                       64, 8, {16, 64, 256, 1024, 4096}}
-               : Sizes{2, 64, 4, false, 0.1, {4, 8, 16, 32}, 32, 32, 1024, 800, 50, 3e-3, 16, 4, 4096, 10,
-                       512, 64, 32, {16, 64, 256, 1024, 4096, 16384}};
-}
-
-struct Variant {
-  const char* id;
-  const char* label;
-  void (*apply)(ModelConfig& c, const Sizes& s);
-};
-
-const std::vector<Variant>& Variants() {
-  static const std::vector<Variant> v = {
-      {"softmax", "softmax (full causal)", [](ModelConfig&, const Sizes&) {}},
-      {"linear", "linear (elu+1)", [](ModelConfig& c, const Sizes&) { c.attention_type = AttentionType::kLinear; }},
-      {"window", "sliding window", [](ModelConfig& c, const Sizes& s) { c.attention_window = s.window; }},
-      {"sparse", "window + global", [](ModelConfig& c, const Sizes& s) {
-         c.attention_type = AttentionType::kSparse;
-         c.attention_window = s.window;
-         c.attention_global = s.global;
-       }},
-  };
-  return v;
-}
-
-// Seeds of the batch streams: training batches depend on (seed, step, count), evaluation
-// batches on (seed, evaluation, count); never the same stream twice, the same for every model.
-uint64_t StreamSeed(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b) {
-  return SplitMix64(SplitMix64(SplitMix64(seed ^ (purpose << 56)) + a) + b);
-}
+using recall_models::Accuracy;
+using recall_models::AccLine;
+using recall_models::kWeightDecay;
+using recall_models::ModelRun;
+using recall_models::Sizes;
+using recall_models::SizesFor;
+using recall_models::StreamSeed;
+using recall_models::TrainModel;
+using recall_models::Variant;
+using recall_models::Variants;
 
 // Share of queries whose value token can influence the query's output through `layers` stacked
 // windows of w keys back (each layer reaches w further; global positions are seen by every layer):
@@ -140,128 +98,6 @@ double AccuracyBound(double reach, const Sizes& s, int64_t n) {
   return std::min(1.0, p + 3 * std::sqrt(p * (1 - p) / q));
 }
 
-struct ModelRun {
-  const Variant* v = nullptr;
-  const char* id = "";                           // v->id (FindById)
-  ModelConfig config;
-  std::vector<double> train_loss;                // [steps], mean over the counts
-  std::vector<double> accuracy;                  // [counts], final evaluation
-  std::vector<int64_t> curve_steps;              // [points]
-  std::vector<std::vector<double>> curve;        // [points][counts]
-  int64_t skipped = 0;                           // non-finite steps (update skipped)
-  double seconds = 0;
-};
-
-// Greedy accuracy (argmax over the vocabulary == target) at the query positions, per count, on
-// `queries` held-out queries per count (ceil(queries / n) sequences).
-Result<std::vector<double>> Accuracy(Gpt& g, const Mqar& task, const Sizes& s, int64_t queries, uint64_t seed,
-                                     uint64_t evaluation) {
-  std::vector<double> acc;
-  const int64_t V = g.config().vocab_size;
-  for (size_t ci = 0; ci < s.pairs.size(); ++ci) {
-    const int64_t n = s.pairs[ci], B = (queries + n - 1) / n;
-    ATTNLAB_ASSIGN_OR_RETURN(MqarBatch b, task.MakeBatch(n, B, StreamSeed(seed, 2, evaluation, ci)));
-    ATTNLAB_RETURN_IF_ERROR(g.Forward(b.tokens.data(), nullptr, B, b.len, nullptr));
-    int64_t right = 0, total = 0;
-    for (int64_t i = 0; i < B * b.len; ++i) {
-      if (b.targets[i] < 0) continue;
-      const float* z = g.logits() + i * V;
-      right += std::max_element(z, z + V) - z == b.targets[i];
-      ++total;
-    }
-    acc.push_back(static_cast<double>(right) / static_cast<double>(total));
-  }
-  return acc;
-}
-
-std::string AccLine(const Sizes& s, const std::vector<double>& acc) {
-  std::string r;
-  for (size_t i = 0; i < acc.size(); ++i) {
-    if (i) r += ' ';
-    r += std::to_string(s.pairs[i]);
-    r += ':';
-    r += Fmt(acc[i], "%.2f");
-  }
-  return r;
-}
-
-Result<ModelRun> TrainModel(const ExperimentOptions& o, const Sizes& s, const Mqar& task, const Variant& v) {
-  const auto t0 = std::chrono::steady_clock::now();
-  ModelRun run;
-  run.v = &v;
-  run.id = v.id;
-  ModelConfig c;
-  c.vocab_size = task.vocab();
-  c.context = Mqar::SequenceLength(s.pairs.back());
-  c.d_model = s.d_model;
-  c.n_layer = s.layers;
-  c.n_head = s.heads;
-  c.mlp = s.mlp;
-  c.position = PositionEncoding::kRope;
-  c.init_std = static_cast<float>(s.init_std);
-  v.apply(c, s);
-  run.config = c;
-  ATTNLAB_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> g, Gpt::Create(c));
-  g->params().Initialize(c, o.seed);
-  AdamWConfig oc;
-  oc.lr = static_cast<float>(s.lr);
-  oc.min_lr = static_cast<float>(s.lr / 10);
-  oc.warmup_steps = s.warmup;
-  oc.total_steps = s.steps;
-  oc.weight_decay = static_cast<float>(kWeightDecay);
-  AdamW opt(c, oc);
-  const int64_t P = static_cast<int64_t>(s.pairs.size());
-  int64_t bad_in_a_row = 0;
-  auto curve_point = [&](int64_t step) -> Status {
-    ATTNLAB_ASSIGN_OR_RETURN(std::vector<double> acc, Accuracy(*g, task, s, s.curve_queries, o.seed, 1 + step));
-    run.curve_steps.push_back(step);
-    run.curve.push_back(acc);
-    const double loss = run.train_loss.empty() ? NAN : run.train_loss.back();
-    Progress(o, kName, "%-22s step %5ld/%ld | loss %s | accuracy %s | %.0f s", v.label, static_cast<long>(step),
-             static_cast<long>(s.steps), Fmt(loss, "%.3f").c_str(), AccLine(s, acc).c_str(),
-             SecondsSince(t0));
-    return Status::Ok();
-  };
-  ATTNLAB_RETURN_IF_ERROR(curve_point(0));
-  for (int64_t step = 0; step < s.steps; ++step) {
-    g->grads().Zero();
-    double loss_sum = 0;
-    bool finite = true;
-    for (int64_t ci = 0; ci < P && finite; ++ci) {
-      const int64_t n = s.pairs[ci], len = Mqar::SequenceLength(n);
-      const int64_t B = std::max<int64_t>(1, s.tokens_per_count / len);
-      ATTNLAB_ASSIGN_OR_RETURN(MqarBatch b, task.MakeBatch(n, B, StreamSeed(o.seed, 1, step, ci)));
-      double loss = 0;
-      ATTNLAB_RETURN_IF_ERROR(g->Forward(b.tokens.data(), b.targets.data(), B, len, &loss));
-      finite = std::isfinite(loss);
-      if (finite) {
-        ATTNLAB_RETURN_IF_ERROR(g->Backward(1.0f / static_cast<float>(P)));
-        loss_sum += loss;
-      }
-    }
-    const double norm = finite ? opt.Step(g->params(), g->grads()) : NAN;
-    if (!std::isfinite(norm)) {
-      ++run.skipped;
-      opt.set_step(step + 1);  // the schedule follows the loop
-      if (++bad_in_a_row >= 20) {
-        return Status::Internal(std::string(kName) + ": " + v.id +
-                                " training diverged (20 steps in a row with non-finite loss or gradients)");
-      }
-    } else {
-      bad_in_a_row = 0;
-    }
-    run.train_loss.push_back(finite ? loss_sum / static_cast<double>(P) : NAN);
-    const int64_t done = step + 1;
-    if (done % std::max<int64_t>(1, s.steps / s.curve_points) == 0 || done == s.steps) {
-      ATTNLAB_RETURN_IF_ERROR(curve_point(done));
-    }
-  }
-  ATTNLAB_ASSIGN_OR_RETURN(run.accuracy, Accuracy(*g, task, s, s.eval_queries, o.seed, 0));
-  run.seconds = SecondsSince(t0);
-  Progress(o, kName, "%-22s final accuracy %s (%ld queries per count) | %.0f s", v.label,
-           AccLine(s, run.accuracy).c_str(), static_cast<long>(s.eval_queries), run.seconds);
-  return run;
-}
 
 // ---- What the report stages read: the trained models, the probe, and the numbers derived from
 // them ([P] vectors are per kv count, in s.pairs order; probe vectors per length, in
@@ -310,7 +146,7 @@ Status TrainAll(const ExperimentOptions& o, const Mqar& task, Measured& m) {
            static_cast<long>(s.steps), s.pairs.size(), static_cast<long>(s.tokens_per_count), s.lr,
            static_cast<long>(s.window), static_cast<long>(s.global));
   for (const Variant& v : Variants()) {
-    ATTNLAB_ASSIGN_OR_RETURN(ModelRun run, TrainModel(o, s, task, v));
+    ATTNLAB_ASSIGN_OR_RETURN(ModelRun run, TrainModel(o, s, task, v, kName));
     m.runs.push_back(std::move(run));
   }
   return Status::Ok();
