@@ -548,6 +548,71 @@ def interventions(cli, d):
           f"{(res['loss_without_bos'] or loss) - loss:+.4f}, zero {dz:+.4f}, mean {dm:+.4f}")
 
 
+def kv_eviction_claim_rules(res):
+    """The claims' verdicts recomputed from report.json's numbers."""
+    rec, text = res["recall"], res["text"]
+    acc = {p["id"]: p["accuracy"] for p in rec["policies"]}
+    ppl = {p["id"]: p["perplexity"] for p in text["policies"]}
+    full, pts = rec["full_cache"], rec["match_points"]
+    labels = {p["id"]: p["label"] for p in rec["policies"]}
+    rules = {
+        "H2O keeps the full cache's recall with a small budget": acc["h2o"][0] >= full - pts,
+        "SnapKV keeps the full cache's recall with a small budget": acc["snapkv"][0] >= full - pts,
+        "TOVA beats the window at equal budget":
+            all(t < w for t, w in zip(ppl["tova"], ppl["window"])) and
+            all(t >= w for t, w in zip(acc["tova"][:-1], acc["window"][:-1])),
+    }
+    for base, pinned in (("window", "sink"), ("h2o", "h2o+sinks"), ("tova", "tova+sinks"),
+                         ("snapkv", "snapkv+sinks")):
+        rules["pinning the first tokens helps " + labels[base]] = ppl[pinned][0] < ppl[base][0]
+    return rules
+
+
+def kv_eviction(cli, d):
+    """`experiment kv-eviction --quick`: recall's MQAR model through every cache policy and
+    budget, and the text's perplexity; invariants and every verdict recomputed from report.json."""
+    out = os.path.join(d, "kv-eviction")
+    p = run(cli, ["experiment", "kv-eviction", "--quick", "--seed", "1", "--out", out, "--threads", "2"])
+    check("[kv-eviction]" in p.stderr, "kv-eviction: no progress lines on stderr")
+    rep, html = load_report(out, "kv-eviction")
+    res = rep["results"]
+    check(rep["passed"], f"kv-eviction: a check failed {rep['checks']}")
+    for fig in ("fig-recall", "fig-perplexity", "fig-kept-window", "fig-kept-h2o", "fig-kept-snapkv"):
+        check(f'id="{fig}"' in html, f"kv-eviction: report.html lacks {fig}")
+    rec, text, kept = res["recall"], res["text"], res["kept_map"]
+    ids = [p["id"] for p in rec["policies"]]
+    check(ids == ["window", "sink", "h2o", "h2o+sinks", "tova", "tova+sinks", "snapkv", "snapkv+sinks"],
+          f"kv-eviction: policies {ids}")
+    check(rec["budgets"][-1] == rec["sequence"] == 1 + 3 * rec["pairs"] and
+          rec["prompt"] == 1 + 2 * rec["pairs"], f"kv-eviction: MQAR sizes {rec}")
+    for pol in rec["policies"]:
+        check(len(pol["accuracy"]) == len(rec["budgets"]) and
+              all(0 <= a <= 1 for a in pol["accuracy"]), f"kv-eviction: accuracy {pol}")
+        check(abs(pol["accuracy"][-1] - rec["full_cache"]) * rec["queries"] <=
+              max(2, 0.005 * rec["queries"]) + 1e-9,
+              f"kv-eviction: {pol['id']} at the whole sequence differs from the full cache")
+    for pol in text["policies"]:
+        rel = [p / r - 1 for p, r in zip(pol["perplexity"], text["recompute"])]
+        check(all(abs(a - b) < 1e-9 for a, b in zip(rel, pol["relative_to_recompute"])),
+              f"kv-eviction: {pol['id']} relative perplexity disagrees")
+    check(kept["budget"] in text["budgets"], "kv-eviction: kept map budget")
+    for pol in kept["policies"]:
+        check(len(pol["rows"]) > 0 and all(len(r) == 64 for r in pol["rows"]),
+              f"kv-eviction: kept map of {pol['id']}")
+        last = [v for v in pol["rows"][-1] if v is not None]
+        check(all(0 <= v <= 1 for v in last), f"kv-eviction: kept shares outside [0, 1] {pol['id']}")
+    win = next(p for p in kept["policies"] if p["id"] == "window")["rows"][-1]
+    bins = [i for i, v in enumerate(win) if v is not None and v > 0]
+    check(bins == list(range(bins[0], bins[-1] + 1)) and win[bins[-1]] is not None,
+          "kv-eviction: the window does not keep one contiguous run at the end")
+    claims = {c["name"]: c["holds"] for c in rep["claims"]}
+    rules = kv_eviction_claim_rules(res)
+    check(claims == rules, f"kv-eviction: claims {claims} disagree with the numbers {rules}")
+    print(f"ok: kv-eviction --quick ({rep['seconds']:.1f} s): full cache {rec['full_cache']:.3f}, "
+          f"recall at {rec['budgets'][0]} keys " +
+          ", ".join(f"{p['id']} {p['accuracy'][0]:.2f}" for p in rec["policies"]))
+
+
 def manipulate_steered(res, sub):
     clean = sub["clean"]["attention_on_target"]
     return any(x["optimised"]["attention_on_target"] - clean >= res["claim_moved"] and
@@ -691,6 +756,7 @@ def main():
         interventions(cli, d)
         sinks_and_collapse(cli, d)
         manipulate(cli, d)
+        kv_eviction(cli, d)
     print("all experiment checks passed")
 
 

@@ -28,6 +28,7 @@ const std::vector<Experiment>& AllExperiments() {
       RecallExperiment(),
       ExtrapolationExperiment(),
       ManipulateExperiment(),
+      KvEvictionExperiment(),
   };
   return all;
 }

@@ -95,6 +95,7 @@ Experiment ScalingExperiment();        // scaling.cc
 Experiment RecallExperiment();         // recall.cc
 Experiment ExtrapolationExperiment();  // extrapolation.cc
 Experiment ManipulateExperiment();     // manipulate.cc
+Experiment KvEvictionExperiment();     // kv_eviction.cc
 
 // report.json (schema above) and report.html (with a "Checks" and a "Claims" section appended)
 // into options.out_dir.

@@ -28,33 +28,17 @@ double Nll(const float* logits, int64_t V, int32_t target) {
 
 namespace {
 
-// StreamChunk's kept shares for a cache that has seen `arrivals` tokens (numbered 0 ..
-// arrivals - 1): the scored caches say which tokens each (layer, kv head) keeps; the others keep
-// contiguous runs (dense: all; window: the most recent size(); sink: the first n_sink and the
-// most recent size() - n_sink), the same for every head.
-void KeptShares(const KvCache& cache, const StreamingCacheConfig& sc, const ModelConfig& c,
-                int64_t arrivals, StreamChunk* ch) {
+// StreamChunk's kept shares from KeptTokenCounts.
+void KeptShares(const std::vector<int64_t>& kept, int64_t window, StreamChunk* ch) {
+  const int64_t arrivals = static_cast<int64_t>(kept.size());
   int64_t first = 0, near = 0, total = 0;
-  auto count = [&](int64_t a) {
-    ++total;
+  for (int64_t a = 0; a < arrivals; ++a) {
+    total += kept[a];
     if (a < kKeptFirstTokens) {
-      ++first;
-    } else if (arrivals - 1 - a < sc.window) {
-      ++near;
+      first += kept[a];
+    } else if (arrivals - 1 - a < window) {
+      near += kept[a];
     }
-  };
-  if (const auto* scored = dynamic_cast<const ScoredKvCache*>(&cache)) {
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      for (int64_t g = 0; g < c.kv_heads(); ++g) {
-        for (int64_t a : scored->RetainedTokens(l, g)) count(a);
-      }
-    }
-  } else {
-    const int64_t held = std::min(cache.size(), arrivals);
-    const int64_t pinned = sc.policy == CachePolicy::kSinkWindow ? std::min(sc.n_sink, held) : 0;
-    const int64_t from = sc.policy == CachePolicy::kDense ? 0 : arrivals - (held - pinned);
-    for (int64_t a = 0; a < pinned; ++a) count(a);
-    for (int64_t a = std::max(from, pinned); a < arrivals; ++a) count(a);
   }
   if (total == 0) return;
   ch->kept_first = static_cast<double>(first) / static_cast<double>(total);
@@ -63,6 +47,31 @@ void KeptShares(const KvCache& cache, const StreamingCacheConfig& sc, const Mode
 }
 
 }  // namespace
+
+// The scored caches say which tokens each (layer, kv head) keeps; the others keep contiguous runs
+// (dense: all; window: the most recent size(); sink: the first n_sink and the most recent
+// size() - n_sink), the same for every head.
+std::vector<int64_t> KeptTokenCounts(const KvCache& cache, const StreamingCacheConfig& sc,
+                                     const ModelConfig& c, int64_t arrivals) {
+  std::vector<int64_t> kept(std::max<int64_t>(0, arrivals), 0);
+  if (const auto* scored = dynamic_cast<const ScoredKvCache*>(&cache)) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      for (int64_t g = 0; g < c.kv_heads(); ++g) {
+        for (int64_t a : scored->RetainedTokens(l, g)) {
+          if (a >= 0 && a < arrivals) ++kept[a];
+        }
+      }
+    }
+    return kept;
+  }
+  const int64_t slots = c.n_layer * c.kv_heads();
+  const int64_t held = std::min(cache.size(), arrivals);
+  const int64_t pinned = sc.policy == CachePolicy::kSinkWindow ? std::min(sc.n_sink, held) : 0;
+  const int64_t from = sc.policy == CachePolicy::kDense ? 0 : arrivals - (held - pinned);
+  for (int64_t a = 0; a < pinned; ++a) kept[a] = slots;
+  for (int64_t a = std::max(from, pinned); a < arrivals; ++a) kept[a] = slots;
+  return kept;
+}
 
 Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t>& text,
                                            const StreamEvalOptions& o,
@@ -156,7 +165,10 @@ Result<StreamEvalResult> EvaluateStreaming(Gpt& model, const std::vector<int32_t
       ch.rss_bytes = ResidentBytes();
       if (cache) {
         // Arrivals so far: the stream's tokens read (and a dedicated sink token's row).
-        KeptShares(*cache, o.cache, c, t + 1 + (c.sink_token ? 1 : 0), &ch);
+        const std::vector<int64_t> kept =
+            KeptTokenCounts(*cache, o.cache, c, t + 1 + (c.sink_token ? 1 : 0));
+        KeptShares(kept, o.cache.window, &ch);
+        if (o.on_kept) o.on_kept(kept);
       }
       r.chunks.push_back(ch);
       if (on_chunk) on_chunk(ch);

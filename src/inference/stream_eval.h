@@ -31,6 +31,10 @@ struct StreamEvalOptions {
   // sum: x + 0 is exact) and recomputing the losses in token order gives the one-process result
   // bit for bit. Other policies read the stream in order: 0 of 1 only.
   int rank = 0, ranks = 1;
+  // Called at every chunk end of a cached policy with KeptTokenCounts (which tokens the cache
+  // keeps, e.g. for a picture of them over time); empty: not called.
+  using KeptCallback = std::function<void(const std::vector<int64_t>& kept)>;
+  KeptCallback on_kept;
 };
 
 struct StreamChunk {
@@ -72,6 +76,12 @@ struct StreamEvalResult {
   int64_t beyond_context_from = -1;
   int64_t max_cache_tokens = 0;    // the most tokens the cache held at any step
 };
+
+// For a cache that has read `arrivals` tokens (numbered 0 .. arrivals - 1, a dedicated sink
+// token's row and a BOS included): per arrival, how many of the model's (layer, kv head) slots
+// keep it (0 .. n_layer * kv_heads). Its sum is what the cache holds over all slots.
+std::vector<int64_t> KeptTokenCounts(const KvCache& cache, const StreamingCacheConfig& sc,
+                                     const ModelConfig& c, int64_t arrivals);
 
 // Scores tokens[1..] (tokens[0] is context only, unless bos >= 0: then every token is scored).
 // on_chunk (optional) is called after each chunk, for progress output.
