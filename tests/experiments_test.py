@@ -562,9 +562,14 @@ def kv_eviction_claim_rules(res):
             all(t < w for t, w in zip(ppl["tova"], ppl["window"])) and
             all(t >= w for t, w in zip(acc["tova"][:-1], acc["window"][:-1])),
     }
+    nll = {p["id"]: p["token_nll_smallest_budget"] for p in text["policies"]}
+    w0 = text["budgets"][0]
     for base, pinned in (("window", "sink"), ("h2o", "h2o+sinks"), ("tova", "tova+sinks"),
                          ("snapkv", "snapkv+sinks")):
-        rules["pinning the first tokens helps " + labels[base]] = ppl[pinned][0] < ppl[base][0]
+        d = [a - b for a, b in zip(nll[pinned][w0:], nll[base][w0:])]
+        mean = sum(d) / len(d)
+        se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+        rules["pinning the first tokens helps " + labels[base]] = mean < -2 * se
     return rules
 
 
@@ -592,6 +597,10 @@ def kv_eviction(cli, d):
               max(2, 0.005 * rec["queries"]) + 1e-9,
               f"kv-eviction: {pol['id']} at the whole sequence differs from the full cache")
     for pol in text["policies"]:
+        nll = pol["token_nll_smallest_budget"]
+        check(len(nll) > text["budgets"][0], f"kv-eviction: {pol['id']} token losses")
+        check(abs(math.exp(sum(nll) / len(nll)) - pol["perplexity"][0]) < 1e-6 * pol["perplexity"][0],
+              f"kv-eviction: {pol['id']} perplexity is not exp(mean token loss)")
         rel = [p / r - 1 for p, r in zip(pol["perplexity"], text["recompute"])]
         check(all(abs(a - b) < 1e-9 for a, b in zip(rel, pol["relative_to_recompute"])),
               f"kv-eviction: {pol['id']} relative perplexity disagrees")
