@@ -26,7 +26,7 @@ ALLOWED = {
     "report": {"core"},
     "tokenizer": {"core"},
     "cache": {"core", "engine"},
-    "model": {"core", "engine", "cache"},
+    "model": {"core", "engine", "cache", "dist"},
     "formats": {"core", "model"},
     "inference": {"core", "engine", "cache", "model"},
     "diagnostics": {"core", "engine", "cache", "model", "dist"},

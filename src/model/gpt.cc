@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "dist/comm.h"
+#include "dist/ring_attention.h"
 #include "attnlab/attention.h"
 #include "attnlab/attention_decode.h"
 #include "attnlab/linear_attention.h"
@@ -394,6 +396,66 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
 // ------------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------------
+Status Gpt::CheckSequenceParallel(Status local, int64_t B, int64_t T,
+                                  const KvCache* cache) const {
+  const ModelConfig& c = config_;
+  const int P = ring_->size(), r = ring_->rank();
+  auto refuse = [](const std::string& what) {
+    return Status::InvalidArgument("a sequence-parallel forward (ring attention) " + what);
+  };
+  {  // The ring's own conditions first: they explain a local length error.
+    Status ring = Status::Ok();
+    if (cache) ring = refuse("takes no KV cache");
+    else if (hooks_ || observer_) ring = refuse("runs without hooks and observers");
+    else if (c.sink_token) ring = refuse("does not support a dedicated sink token");
+    else if (c.key_bias) ring = refuse("does not support a key bias");
+    else if (c.attention_type != AttentionType::kSoftmax) {
+      ring = refuse("needs softmax attention (not linear or sparse)");
+    } else if (ring_len_ < P) {
+      ring = refuse("needs at least one token per rank: " + std::to_string(ring_len_) +
+                    " tokens over " + std::to_string(P) + " ranks");
+    } else if (ring_len_ > c.context) {
+      ring = refuse("of " + std::to_string(ring_len_) + " tokens exceeds the model's context of " +
+                    std::to_string(c.context));
+    } else if (T != dist::RingLocalLength(ring_len_, r, P)) {
+      ring = refuse("on rank " + std::to_string(r) + " of " + std::to_string(P) + " takes " +
+                    std::to_string(dist::RingLocalLength(ring_len_, r, P)) + " of the " +
+                    std::to_string(ring_len_) + " tokens (every P-th from " + std::to_string(r) +
+                    "), not " + std::to_string(T));
+    }
+    if (!ring.ok()) local = ring;
+  }
+  // Every rank's verdict and its B, so that none enters the ring alone.
+  std::vector<std::string> all;
+  ATTNLAB_RETURN_IF_ERROR(ring_->AllGather(
+      std::to_string(B) + "|" + (local.ok() ? std::string() : local.ToString()), &all,
+      "sequence-parallel forward: agreeing on the inputs"));
+  // The distinct problems, each with the ranks that have it.
+  std::vector<std::pair<std::string, std::string>> problems;  // (message, "rank 0, 2")
+  for (size_t k = 0; k < all.size(); ++k) {
+    const size_t bar = all[k].find('|');
+    const std::string b = all[k].substr(0, bar), err = all[k].substr(bar + 1);
+    std::string msg = err;
+    if (msg.empty() && b != all[0].substr(0, all[0].find('|'))) {
+      msg = "batch " + b + " where rank 0 has " + all[0].substr(0, all[0].find('|'));
+    }
+    if (msg.empty()) continue;
+    auto it = std::find_if(problems.begin(), problems.end(),
+                           [&](const auto& p) { return p.first == msg; });
+    if (it == problems.end()) {
+      problems.push_back({msg, "rank " + std::to_string(k)});
+    } else {
+      it->second += ", " + std::to_string(k);
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string errors;
+  for (const auto& [msg, ranks] : problems) {
+    errors += (errors.empty() ? "" : "; ") + ranks + ": " + msg;
+  }
+  return Status::InvalidArgument(errors);
+}
+
 Status Gpt::CheckForwardInputs(const int32_t* tokens, const int32_t* targets, int64_t B,
                                int64_t T, const KvCache* cache) const {
   const ModelConfig& c = config_;
@@ -456,7 +518,9 @@ Status Gpt::PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B
     ATTNLAB_RETURN_IF_ERROR(cache->BeginStep(Tm, &positions_));
   } else {
     positions_.resize(Tm);
-    for (int64_t t = 0; t < Tm; ++t) positions_[t] = t;
+    // Sequence parallel: this rank's tokens are every P-th of the global sequence.
+    const int64_t first = ring_ ? ring_->rank() : 0, step = ring_ ? ring_->size() : 1;
+    for (int64_t t = 0; t < Tm; ++t) positions_[t] = first + t * step;
   }
   if (params_.ptrs().wpe && positions_.back() >= c.max_positions()) {
     return Status::OutOfRange("position " + std::to_string(positions_.back()) +
@@ -467,11 +531,14 @@ Status Gpt::PlaceTokens(const int32_t* tokens, const int32_t* targets, int64_t B
   if (rope_) {
     RopeConfig rc = rope_->config();
     int64_t size = rope_->max_position();
-    if (positions_.back() >= size) size = 2 * positions_.back() + 1;
+    // The sequence's last position (sequence parallel: the global one, the same on every rank,
+    // so that dynamic NTK scales every rank's frequencies alike).
+    const int64_t last = ring_ && !cache ? ring_len_ - 1 : positions_.back();
+    if (last >= size) size = 2 * last + 1;
     // Dynamic NTK (rope.h): this forward's frequencies serve its length, last position + 1
     // (a length up to the original context gives plain RoPE, so only longer ones rebuild).
     if (rc.scaling == RopeScaling::kDynamicHf) {
-      rc.dynamic_length = std::max(positions_.back() + 1, rc.original_context);
+      rc.dynamic_length = std::max(last + 1, rc.original_context);
     }
     if (size != rope_->max_position() || rc.dynamic_length != rope_->config().dynamic_length) {
       ATTNLAB_ASSIGN_OR_RETURN(RopeTable table, RopeTable::Make(rc, size));
@@ -666,6 +733,11 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
     return AttentionDecode(DecodeShape{H, Hkv, n, hd}, dp, std::span<const float>(q.data, H * hd),
                            kh, vh, std::span<float>(a.att, H * hd), std::span<float>(a.lse, H));
   }
+  if (ring_) {
+    return dist::RingAttentionForward(*ring_, dist::RingShape{B, H, Hkv, ring_len_, hd}, ap, q,
+                                      k_all, v_all, TokenMajorView(a.att, B, H, Tm, hd),
+                                      std::span<float>(a.lse, N * H));
+  }
   if (Hooked(HookPoint::kAttnScores, l) || Hooked(HookPoint::kPattern, l)) {
     if (c.key_bias) {
       return Status::InvalidArgument(
@@ -819,7 +891,12 @@ Status Gpt::HeadForward(const int32_t* targets, double* loss) {
 
 Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                     double* loss, KvCache* cache) {
-  ATTNLAB_RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, B, T, cache));
+  if (ring_) {
+    ATTNLAB_RETURN_IF_ERROR(
+        CheckSequenceParallel(CheckForwardInputs(tokens, targets, B, T, cache), B, T, cache));
+  } else {
+    ATTNLAB_RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, B, T, cache));
+  }
   const ModelConfig& c = config_;
   const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0;
   const auto t_start = std::chrono::steady_clock::now();
@@ -1130,6 +1207,9 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
         "Forward again");
   }
   if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
+  if (ring_) {
+    return Status::InvalidArgument("Backward of a sequence-parallel forward is not implemented");
+  }
   if (mats_) {
     return Status::InvalidArgument(
         "this model keeps its weights as stored (16-bit or quantized) for inference; training "

@@ -26,6 +26,9 @@
 namespace attnlab {
 
 class ThreadPool;
+namespace dist {
+class Comm;
+}
 
 // Optional view into the forward pass, for diagnostics: called once per layer after the layer,
 // with that layer's tensors (valid during the call only: a cached forward reuses the buffers
@@ -122,6 +125,19 @@ class Gpt {
     start_layer_ = first;
     start_residual_ = residual_in;
     start_rows_ = rows;
+  }
+  // Sequence parallel over the ranks of `comm` (ring attention, dist/ring_attention.h): each
+  // Forward without a cache takes this rank's striped share of one global sequence of
+  // `global_len` tokens per batch row (global token t on rank t % P at local index t / P, so T
+  // must be RingLocalLength(global_len, rank, P)) and attends over the whole sequence through
+  // the ring; positions are global, everything but the attention is row-local, so row i of
+  // logits() is global position rank + i P. Every rank calls Forward with the same B; a bad
+  // input on any rank is an error on every rank (the ranks agree before the first transfer).
+  // Refused while on: a cache, Backward, hooks, observers, a dedicated sink token, a key bias,
+  // linear or sparse attention, and global_len > context. Null comm: off.
+  void set_sequence_parallel(dist::Comm* comm, int64_t global_len) {
+    ring_ = comm;
+    ring_len_ = global_len;
   }
   // Seconds spent in parts of Forward, accumulated while set (null: not measured).
   struct ForwardProfile {
@@ -258,6 +274,11 @@ class Gpt {
   const float* start_residual_ = nullptr;
   ForwardProfile* profile_ = nullptr;
   bool skip_head_ = false;
+  dist::Comm* ring_ = nullptr;  // set_sequence_parallel
+  int64_t ring_len_ = 0;
+  // The sequence-parallel Forward's own checks, then every rank's verdict gathered: the same
+  // error on every rank when any rank's input is bad (before any ring transfer).
+  Status CheckSequenceParallel(Status local, int64_t B, int64_t T, const KvCache* cache) const;
 
   // Saved activations of the last Forward (sized for the largest N seen).
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
