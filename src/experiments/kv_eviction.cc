@@ -376,18 +376,22 @@ Status AddClaims(const Measured& m, ExperimentResult& r) {
   const int64_t small = m.budgets.front();
   const std::string at = "at " + std::to_string(small) + " of " + std::to_string(m.prompt) +
                          " prompt tokens";
-  r.AddClaim("H2O keeps the full cache's recall with a small budget",
-             "Zhang et al. 2023 (arXiv:2306.14048): 20% heavy hitters match the full cache",
-             "MQAR accuracy with a quarter of the prompt within " + Fmt(100 * kMatchPoints) +
-                 " points of the full cache's",
-             at + ": " + Fmt(m.acc[h2o][0], "%.3f") + " vs " + Fmt(m.dense, "%.3f"),
-             m.acc[h2o][0] >= m.dense - kMatchPoints);
-  r.AddClaim("SnapKV keeps the full cache's recall with a small budget",
-             "Li et al. 2024 (arXiv:2404.14469)",
-             "MQAR accuracy with a quarter of the prompt within " + Fmt(100 * kMatchPoints) +
-                 " points of the full cache's",
-             at + ": " + Fmt(m.acc[snap][0], "%.3f") + " vs " + Fmt(m.dense, "%.3f"),
-             m.acc[snap][0] >= m.dense - kMatchPoints);
+  struct Headline {
+    int policy;
+    const char* name;
+    const char* source;
+  };
+  for (const Headline& h :
+       {Headline{h2o, "H2O keeps the full cache's recall with a small budget",
+                 "Zhang et al. 2023 (arXiv:2306.14048): 20% heavy hitters match the full cache"},
+        Headline{snap, "SnapKV keeps the full cache's recall with a small budget",
+                 "Li et al. 2024 (arXiv:2404.14469)"}}) {
+    r.AddClaim(h.name, h.source,
+               "MQAR accuracy with a quarter of the prompt within " + Fmt(100 * kMatchPoints) +
+                   " points of the full cache's",
+               at + ": " + Fmt(m.acc[h.policy][0], "%.3f") + " vs " + Fmt(m.dense, "%.3f"),
+               m.acc[h.policy][0] >= m.dense - kMatchPoints);
+  }
   bool tova_wins = true;
   std::string measured;
   for (size_t b = 0; b < m.text_budgets.size(); ++b) {
