@@ -5,7 +5,9 @@
 // (ctest: mpi.model_check.np1/2/3). Exit 0 when every rank's checks hold.
 //
 // Checked on every rank for its striped rows (global position t on rank t % P): the logits
-// within 2e-5 of the reference's largest magnitude, over GPT-2 (learned positions, LayerNorm,
+// within 2e-5 of the reference's largest magnitude, the loss's targets-weighted mean over the
+// ranks to 1e-5, and every parameter gradient (each rank's share scaled by its share of the
+// targets, summed over the ranks) within 1e-4 of the reference's largest, over GPT-2 (learned positions, LayerNorm,
 // GELU), Llama (RoPE, GQA, RMSNorm, SwiGLU, no biases), NeoX-style (partial rotary, parallel
 // residual), dynamic NTK RoPE scaling (the frequencies follow the global length on every rank),
 // softmax1, a sink logit, an output gate, qk-norm and causal + mask_first_key, at lengths equal
@@ -158,6 +160,50 @@ void RunCase(const Case& cs, int64_t B, int64_t N) {
     }
   }
   Expect(worst <= 2e-5, what + ": logits max error " + std::to_string(worst) + " of the largest");
+
+  // Backward: the reference's gradients of the mean loss over every target, against the ranks'
+  // shares (each scaled by its share of the targets) summed by an all-reduce.
+  std::vector<int32_t> y(B * N);
+  for (int64_t i = 0; i < B * N; ++i) y[i] = (x[i] * 7 + 3) % static_cast<int32_t>(V);
+  // Ignored targets: the first (at N = P, B = 1 rank 0 then has none and must still take part
+  // in the ring), one left at least.
+  if (B * N > 1) y[0] = -1;
+  g->set_sequence_parallel(nullptr, 0);
+  double loss = 0;
+  st = g->Forward(x.data(), y.data(), B, N, &loss);
+  Expect(st.ok(), what + ": reference forward with targets " + st.ToString());
+  g->grads().Zero();
+  st = g->Backward();
+  Expect(st.ok(), what + ": reference backward " + st.ToString());
+  const std::vector<float> gwant(g->grads().data(), g->grads().data() + g->grads().size());
+  const std::vector<int32_t> ly = Stripe(y, B, N, r, P);
+  int64_t mine = 0, all = 0;
+  for (int32_t t : ly) mine += t >= 0;
+  for (int32_t t : y) all += t >= 0;
+  g->set_sequence_parallel(&w, N);
+  double local_loss = 0;
+  st = g->Forward(lx.data(), ly.data(), B, n, &local_loss);
+  Expect(st.ok(), what + ": sequence-parallel forward with targets " + st.ToString());
+  g->grads().Zero();
+  st = g->Backward(static_cast<float>(static_cast<double>(mine) / static_cast<double>(all)));
+  Expect(st.ok(), what + ": sequence-parallel backward " + st.ToString());
+  if (!st.ok()) return;
+  std::vector<float> got(g->grads().data(), g->grads().data() + g->grads().size());
+  st = w.AllReduceSum(std::span<float>(got), "gradients");
+  Expect(st.ok(), what + ": all-reduce " + st.ToString());
+  double gscale = 1e-30, gworst = 0;
+  for (float v : gwant) gscale = std::max(gscale, std::abs(static_cast<double>(v)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    gworst = std::max(gworst, std::abs(static_cast<double>(got[i]) - gwant[i]) / gscale);
+  }
+  Expect(gworst <= 1e-4, what + ": gradients max error " + std::to_string(gworst) + " of the largest");
+  // The loss: the targets-weighted mean of the ranks' means is the global mean.
+  double lsum[2] = {mine > 0 ? local_loss * static_cast<double>(mine) : 0.0,
+                    static_cast<double>(mine)};
+  st = w.AllReduceSum(std::span<double>(lsum, 2), "loss");
+  Expect(st.ok() && std::abs(lsum[0] / lsum[1] - loss) <= 1e-5 * std::abs(loss),
+         what + ": loss " + std::to_string(lsum[0] / lsum[1]) + " vs " + std::to_string(loss));
+  g->set_sequence_parallel(nullptr, 0);
 }
 
 // Every rank must get an error; rank 0 prints it.

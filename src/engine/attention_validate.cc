@@ -57,17 +57,20 @@ Status ValidateView(const char* name, const void* data, int64_t size, int64_t st
   range->end = range->begin + static_cast<size_t>(last + 1) * elem_size;
   // Period = the token stride, when batch and head offsets keep every element inside a fixed
   // footprint of each token period (token-major layouts such as [B, T, H, D]).
+  // A single token per sequence repeats with the batch stride instead (a batch of one-token
+  // sequences in the same layout: [B, 1, H, D] rows of an interleaved q | k | v buffer).
   range->period = 0;
   range->footprint = 0;
-  if (stride_token > 0 && len > 1 && (batch == 1 || stride_batch % stride_token == 0)) {
+  const int64_t period = len > 1 ? stride_token : stride_batch;
+  if (period > 0 && (len > 1 || batch > 1) && (batch == 1 || stride_batch % period == 0)) {
     int64_t fp = -1;
-    if (heads == 1 || stride_head % stride_token == 0) {
+    if (heads == 1 || stride_head % period == 0) {
       fp = head_dim;
     } else {
       fp = (heads - 1) * stride_head + head_dim;
     }
-    if (fp <= stride_token) {
-      range->period = stride_token * static_cast<int64_t>(elem_size);
+    if (fp <= period) {
+      range->period = period * static_cast<int64_t>(elem_size);
       range->footprint = fp * static_cast<int64_t>(elem_size);
     }
   }

@@ -975,7 +975,9 @@ bool Gpt::HeadBackward(float grad_scale, const AuxiliaryGradients* aux) {
   Activations& a = acts_;
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += targets_[n] >= 0;
-  if (count == 0 && !(aux && (aux->residual || aux->attention || aux->qkv || aux->logits))) {
+  // Sequence parallel: a rank without targets still takes part in the ring's transfers.
+  if (count == 0 && !ring_ &&
+      !(aux && (aux->residual || aux->attention || aux->qkv || aux->logits))) {
     return false;
   }
   float* dlogits = head_.values.data();  // probabilities -> dL/dlogits in place (HeadBuffer)
@@ -1120,6 +1122,11 @@ Status Gpt::AttentionBlockBackward(int64_t l, const AttentionParams& ap, float g
     ATTNLAB_RETURN_IF_ERROR(LinearAttentionBackwardChunked(
         shape, lap, Const(views.q), Const(views.k), Const(views.v), att_view, lse, datt_view,
         dviews.q, dviews.k, dviews.v));
+  } else if (ring_) {  // sequence parallel: dK, dV travel the ring home (d sink: this rank's share)
+    ATTNLAB_RETURN_IF_ERROR(dist::RingAttentionBackward(
+        *ring_, dist::RingShape{B, H, Hkv, ring_len_, hd}, ap, Const(views.q), Const(views.k),
+        Const(views.v), att_view, lse, datt_view, dviews.q, dviews.k, dviews.v,
+        lp.sink ? std::span<float>(d.sink.data(), H) : std::span<float>()));
   } else {
     ATTNLAB_RETURN_IF_ERROR(AttentionBackwardFlash(
         shape, ap, Const(views.q), Const(views.k), Const(views.v), att_view, lse, datt_view,
@@ -1207,9 +1214,6 @@ Status Gpt::Backward(float grad_scale, const AuxiliaryGradients* aux) {
         "Forward again");
   }
   if (!std::isfinite(grad_scale)) return Status::InvalidArgument("grad_scale must be finite");
-  if (ring_) {
-    return Status::InvalidArgument("Backward of a sequence-parallel forward is not implemented");
-  }
   if (mats_) {
     return Status::InvalidArgument(
         "this model keeps its weights as stored (16-bit or quantized) for inference; training "

@@ -133,8 +133,12 @@ class Gpt {
   // the ring; positions are global, everything but the attention is row-local, so row i of
   // logits() is global position rank + i P. Every rank calls Forward with the same B; a bad
   // input on any rank is an error on every rank (the ranks agree before the first transfer).
-  // Refused while on: a cache, Backward, hooks, observers, a dedicated sink token, a key bias,
-  // linear or sparse attention, and global_len > context. Null comm: off.
+  // Backward (every rank calls it) passes dK/dV around the ring and leaves this rank's share of
+  // every parameter gradient for the mean loss of its own targets: with grad_scale = this
+  // rank's targets / all ranks' targets, the sum of grads() over the ranks (an all-reduce) is the
+  // gradient of the whole sequence's mean loss. Refused while on: a cache, hooks, observers, a
+  // dedicated sink token, a key bias, linear or sparse attention, and global_len > context.
+  // Null comm: off.
   void set_sequence_parallel(dist::Comm* comm, int64_t global_len) {
     ring_ = comm;
     ring_len_ = global_len;

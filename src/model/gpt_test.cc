@@ -203,6 +203,33 @@ TEST(Gpt, BackwardMatchesDirectionalFiniteDifferencesForEveryOption) {
 //   which the difference quotient of four losses amplifies by about 2 / h; we allow 8 u |L| / h
 //   (~6e-5 here).
 // A 5% error in any tensor's gradient (5e-2 G at the largest element) is far outside.
+// A batch of one-token sequences: their q, k and v rows interleave with the batch stride (the
+// engine's overlap check once refused it), and the gradient of the mean loss is the mean of the
+// two sequences' gradients.
+TEST(Gpt, BackwardOfABatchOfOneTokenSequences) {
+  ModelConfig c = SmallConfig();
+  auto created = Gpt::Create(c);
+  ASSERT_TRUE(created.ok());
+  Gpt& g = *created.value();
+  g.params().Initialize(c, 3);
+  const int32_t x[2] = {1, 5}, y[2] = {2, 7};
+  double loss = 0;
+  ASSERT_TRUE(g.Forward(x, y, 2, 1, &loss).ok());
+  g.grads().Zero();
+  ASSERT_TRUE(g.Backward().ok());
+  const std::vector<float> both(g.grads().data(), g.grads().data() + g.grads().size());
+  std::vector<float> halves(both.size(), 0.0f);
+  for (int b = 0; b < 2; ++b) {
+    ASSERT_TRUE(g.Forward(x + b, y + b, 1, 1, &loss).ok());
+    g.grads().Zero();
+    ASSERT_TRUE(g.Backward(0.5f).ok());
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] += g.grads().data()[i];
+  }
+  for (size_t i = 0; i < both.size(); ++i) {
+    ASSERT_NEAR(both[i], halves[i], 1e-6 + 1e-5 * std::abs(halves[i])) << "gradient " << i;
+  }
+}
+
 TEST(Gpt, BackwardMatchesElementwiseFiniteDifferencesOnEveryTensor) {
   constexpr double kStep = 3e-2, kRelative = 1e-2, kUnitRoundoff = 0x1p-24;
   for (const Variant& var : Variants()) {
