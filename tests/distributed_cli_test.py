@@ -11,7 +11,8 @@ address is ever a target).
   2. resume with a different P: 10 steps on 2 ranks, then --resume on 1 rank to step 20,
      matches the uninterrupted 1-rank run to 1e-5.
   3. eval: windows shared among the ranks give the single-process result bit for bit
-     (tokens, loss) on the bundled text; analyze at P = 2 and 3 gives the one-process
+     (tokens, loss) on the bundled text, and every window split across the ranks
+     (--sequence-parallel, ring attention) gives it to the printed precision; analyze at P = 2 and 3 gives the one-process
      report.json to within 1e-9 relative (only the order of the sums' additions differs), with
      rank 0 alone writing and the same attention view; stream --compare at P = 2 and 3 gives
      every loss, perplexity, cache size and verdict of one process bit for bit.
@@ -222,6 +223,19 @@ def main():
             expect(eP["tokens"] == e1["tokens"] and eP["loss"] == e1["loss"],
                    f"eval on {P} ranks equals one process: {eP['tokens']} tokens, loss "
                    f"{eP['loss']} vs {e1['loss']}")
+            # Every window split across the ranks (ring attention): the same up to the order of
+            # the additions (the JSON prints the loss to 1e-6).
+            eS = json.loads(mpi(P, cli, "eval", "--text", SAMPLE, "--max-tokens", "3000",
+                                "--sequence-parallel", "--json").stdout)
+            expect(eS["tokens"] == e1["tokens"] and abs(eS["loss"] - e1["loss"]) <= 2e-6,
+                   f"eval --sequence-parallel on {P} ranks equals one process: {eS['tokens']} "
+                   f"tokens, loss {eS['loss']} vs {e1['loss']}")
+        # A last window of fewer tokens than ranks (BOS + 1 token at 257 tokens) runs whole.
+        s1 = json.loads(run([cli, "eval", "--text", SAMPLE, "--max-tokens", "257", "--json"]).stdout)
+        s3 = json.loads(mpi(3, cli, "eval", "--text", SAMPLE, "--max-tokens", "257",
+                            "--sequence-parallel", "--json").stdout)
+        expect(s3["tokens"] == s1["tokens"] and abs(s3["loss"] - s1["loss"]) <= 2e-6,
+               f"eval --sequence-parallel with a window shorter than the ranks: {s3} vs {s1}")
 
         # ---- 3b. analyze split by windows: the merged report equals one process's up to the
         # order of the sums' additions; rank 0 alone writes, and its attention view (window 0)

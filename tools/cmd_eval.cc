@@ -1,6 +1,7 @@
 // `attnlab eval`: perplexity of a model on a text, over consecutive windows of its context.
 //
 //   attnlab eval [--model M] [--text FILE] [--max-tokens N] [--window T]
+//   mpirun -np P attnlab eval ... [--sequence-parallel]
 //
 // The text (default: the bundled sample) is tokenised and cut into consecutive windows of the
 // model's context (at most --window, default 2048, tokens), each run as its own sequence (starting with BOS when the model was trained that
@@ -25,7 +26,7 @@ namespace {
 struct EvalOptions {
   std::string model, tokenizer, text;
   int64_t max_tokens = 0, window = 0;
-  bool json = false;
+  bool json = false, sequence_parallel = false;
 };
 
 void Run(const EvalOptions& o) {
@@ -62,6 +63,10 @@ void Run(const EvalOptions& o) {
   // w mod P. Each window's NLL lands in its own slot (zero on every other rank), the slots are
   // summed over the ranks (x + 0 is exact) and then added in window order, so the result is
   // bit for bit the single-process one.
+  // With --sequence-parallel every window is split across the ranks instead (Gpt::
+  // set_sequence_parallel: token t of the window on rank t mod P, ring attention); each rank adds
+  // its tokens' NLL to the window's slot, so the result equals one process's up to the order of
+  // the additions. A window shorter than P runs whole on rank w mod P.
   dist::Comm& comm = dist::World();
   std::vector<double> window_nll;
   int64_t scored = 0;
@@ -84,9 +89,24 @@ void Run(const EvalOptions& o) {
     if (n == 0) break;
     scored += n;
     window_nll.push_back(0.0);
+    const int64_t len = static_cast<int64_t>(x.size());
+    const int P = comm.size(), r = comm.rank();
+    if (o.sequence_parallel && len >= P) {
+      std::vector<int32_t> lx, ly;
+      for (int64_t t = r; t < len; t += P) lx.push_back(x[t]), ly.push_back(y[t]);
+      int64_t mine = 0;
+      for (int32_t v : ly) mine += v >= 0;
+      g.set_sequence_parallel(&comm, len);
+      double loss = 0;
+      const Status st = g.Forward(lx.data(), ly.data(), 1, static_cast<int64_t>(lx.size()), &loss);
+      g.set_sequence_parallel(nullptr, 0);
+      Check(st);
+      if (mine > 0) window_nll.back() = loss * mine;
+      continue;
+    }
     if (w % comm.size() != comm.rank()) continue;
     double loss = 0;
-    Check(g.Forward(x.data(), y.data(), 1, static_cast<int64_t>(x.size()), &loss));
+    Check(g.Forward(x.data(), y.data(), 1, len, &loss));
     window_nll.back() = loss * n;
   }
   Check(comm.AllReduceSum(std::span<double>(window_nll), "eval: the windows' losses"));
@@ -116,6 +136,9 @@ void RegisterEvalCommand(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "use at most the first N tokens of the text (default: all)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print JSON");
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel,
+                "under mpirun: split every window across the ranks (ring attention) instead of "
+                "giving each rank whole windows");
   cmd->callback([o] { Run(*o); });
 }
 
