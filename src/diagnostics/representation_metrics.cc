@@ -98,7 +98,7 @@ constexpr int64_t kBlock = 128;
 int64_t GramLd(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Adds Sc^T Sc of s's rows into the lower triangle of g [n, ld] (ld = GramLd(n)); block: a
-// scratch of kBlock * ld doubles, zero where this never writes (the padding columns).
+// scratch of kBlock * ld doubles.
 void AddFeatureGram(const Segments& s, ThreadPool* pool, double* g, std::vector<double>& block) {
   const int64_t T = s.rows(), n = s.cols();
   const internal::GramTable& kernel = internal::ActiveKernels().gram;
@@ -107,21 +107,25 @@ void AddFeatureGram(const Segments& s, ThreadPool* pool, double* g, std::vector<
   if (static_cast<int64_t>(block.size()) < kBlock * ld) block.assign(kBlock * ld, 0.0);
   for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
     const int64_t rows = std::min(kBlock, T - t0);
+    // The block in the kernel's panels (kernel_table.h), padding columns [n, ld) zero.
     int64_t col = 0;
     for (size_t p = 0; p < s.parts.size(); ++p) {
       const TokenMatrix& x = s.parts[p];
       const std::vector<double>* mean = s.means[p];
       for (int64_t i = 0; i < rows; ++i) {
         const float* r = x.row(t0 + i);
-        double* out = block.data() + i * ld + col;
         for (int64_t c = 0; c < x.cols; ++c) {
-          out[c] = static_cast<double>(r[c]) - (mean ? (*mean)[c] : 0.0);
+          block[internal::GramPackedIndex(i, col + c, rows)] =
+              static_cast<double>(r[c]) - (mean ? (*mean)[c] : 0.0);
         }
       }
       col += x.cols;
     }
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = n; c < ld; ++c) block[internal::GramPackedIndex(i, c, rows)] = 0.0;
+    }
     auto tile = [&](int64_t j) {
-      kernel.gram_lower_columns(block.data(), rows, ld, n, j * width, g, ld);
+      kernel.gram_lower_columns(block.data(), rows, n, j * width, g, ld);
     };
     if (pool && tiles > 1) {
       pool->ParallelFor(tiles, [&](int64_t j, int) { tile(j); });

@@ -165,14 +165,21 @@ struct RowStatsTable {
 // ---- The lower triangle of a Gram matrix in double (gram_kernel.cc; the representation
 // metrics' feature Gram): gram_lower_columns adds, for the column tile [b0, b0 + gram_columns)
 // and every row a of G with a >= b0 rounded down to a multiple of 8 and a < n,
-//   g[a * ldg + b] += sum_{t < rows} x[t * ldx + a] * x[t * ldx + b],
-// in t order. x is [rows][ldx] with columns [n, ldx) zero and ldx >= b0 + gram_columns; g has
-// ldg >= b0 + gram_columns columns. gram_columns is a multiple of 4 and divides 16. Entries with
-// b > a (inside the diagonal tiles) are computed too: callers read the lower triangle.
+//   g[a * ldg + b] += sum_{t < rows} x(t, a) * x(t, b),
+// in t order. x is packed in panels of kGramPanel columns, each panel's rows contiguous
+// (GramPackedIndex: one stream of 64 bytes per row and panel, where a row-major [rows][n] block
+// would touch a new page per row), with columns [n, round_up(b0 + gram_columns, kGramPanel))
+// zero; g has ldg >= b0 + gram_columns columns. gram_columns is a multiple of 4 and divides 16.
+// Entries with b > a (inside the diagonal tiles) are computed too: callers read the lower
+// triangle.
+inline constexpr int64_t kGramPanel = 8;
+inline int64_t GramPackedIndex(int64_t t, int64_t c, int64_t rows) {
+  return (c / kGramPanel) * rows * kGramPanel + t * kGramPanel + c % kGramPanel;
+}
 struct GramTable {
   int64_t (*gram_columns)();
-  void (*gram_lower_columns)(const double* x, int64_t rows, int64_t ldx, int64_t n, int64_t b0,
-                             double* g, int64_t ldg);
+  void (*gram_lower_columns)(const double* x, int64_t rows, int64_t n, int64_t b0, double* g,
+                             int64_t ldg);
 };
 
 // One target's task bodies. Each writes only its task's outputs (no shared writes).
@@ -218,8 +225,8 @@ const KernelTable& ActiveKernels();
                     int64_t n);                                                               \
   void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc);                   \
   int64_t GramColumns();                                                                      \
-  void GramLowerColumns(const double* x, int64_t rows, int64_t ldx, int64_t n, int64_t b0,    \
-                        double* g, int64_t ldg);                                              \
+  void GramLowerColumns(const double* x, int64_t rows, int64_t n, int64_t b0, double* g,      \
+                        int64_t ldg);                                                         \
   ATTNLAB_DISPATCHED_OPS(ATTNLAB_DECLARE_OP)                                                  \
   }
 #define ATTNLAB_DECLARE_OP(name) internal::ops_fn::name name;

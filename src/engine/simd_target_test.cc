@@ -256,7 +256,11 @@ TEST(SimdTarget, EveryTargetComputesTheSameGramExactly) {
         const int64_t w = k.gram_columns();
         ASSERT_TRUE(w % 4 == 0 && 16 % w == 0) << w;
         std::vector<double> g(ld * ld, 1.0);  // the kernel adds: start from 1
-        for (int64_t b0 = 0; b0 < n; b0 += w) k.gram_lower_columns(x.data(), rows, ld, n, b0, g.data(), ld);
+        std::vector<double> xp(rows * ld, 0.0);  // the kernel's panels
+        for (int64_t t = 0; t < rows; ++t) {
+          for (int64_t c = 0; c < ld; ++c) xp[internal::GramPackedIndex(t, c, rows)] = x[t * ld + c];
+        }
+        for (int64_t b0 = 0; b0 < n; b0 += w) k.gram_lower_columns(xp.data(), rows, n, b0, g.data(), ld);
         for (int64_t a = 0; a < n; ++a) {
           for (int64_t b = 0; b <= a; ++b) {
             ASSERT_EQ(g[a * ld + b], want[a * ld + b] + 1.0)
