@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/json_number.h"
+#include "diagnostics/attention_stats.h"
 #include "experiments/experiment.h"
 #include "experiments/experiment_report.h"
 #include "experiments/manipulation.h"
@@ -58,44 +59,31 @@ struct HeadStat {
   double focus = 0;   // 1 - mean over rows t >= 1 of H_t / log(t + 1)
 };
 
-// Every head's alpha_1 and focus from the last Forward's q and k (causal softmax, scale
-// 1/sqrt(hd): the attention CheckKeyShareSupported admits).
-std::vector<HeadStat> HeadStats(const Gpt& g) {
+// Every head's alpha_1 and focus from the last Forward's q and k, by the analysis' own
+// statistics (diagnostics/attention_stats.h: alpha_1 and the mean normalised entropy over rows
+// with two or more visible keys), window by window; causal standard softmax is the attention
+// CheckKeyShareSupported admits.
+Result<std::vector<HeadStat>> HeadStats(const Gpt& g) {
   const ModelConfig& c = g.config();
-  const int64_t L = c.n_layer, H = c.n_head, group = H / c.kv_heads(), hd = c.head_dim();
-  const int64_t Q = c.qkv_dim(), B = g.last_batch(), Tm = g.last_len();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const int64_t H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
+  const int64_t B = g.last_batch(), Tm = g.last_len();
+  AttentionParams ap;
+  ap.mask.causal = true;
+  AttentionStatsOptions so;
+  so.first_k = 1;
   std::vector<HeadStat> out;
-  std::vector<double> p(Tm);
-  for (int64_t l = 0; l < L; ++l) {
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    ATTNLAB_ASSIGN_OR_RETURN(AttentionStatsAccumulator acc,
+                             AttentionStatsAccumulator::Create(so, H, Hkv, hd));
+    for (int64_t b = 0; b < B; ++b) {
+      const float* rows = g.qkv(l) + b * Tm * Q;  // q | k | v of window b
+      const AttentionTensor k{rows + H * hd, (Tm - 1) * Q + Hkv * hd, 0, hd, Q};
+      ATTNLAB_RETURN_IF_ERROR(acc.AddRows(ap, rows, Q, Tm, k, Tm));
+    }
+    const AttentionLayerStats st = acc.Finish();
     for (int64_t h = 0; h < H; ++h) {
-      HeadStat s{l, h, 0, 0};
-      double ent = 0;
-      for (int64_t b = 0; b < B; ++b) {
-        const float* qkv = g.qkv(l) + b * Tm * Q;
-        for (int64_t t = 0; t < Tm; ++t) {
-          const float* q = qkv + t * Q + h * hd;
-          double mx = -INFINITY;
-          for (int64_t j = 0; j <= t; ++j) {
-            const float* k = qkv + j * Q + (H + h / group) * hd;
-            double d = 0;
-            for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[i]) * k[i];
-            mx = std::max(mx, p[j] = d * scale);
-          }
-          double z = 0;
-          for (int64_t j = 0; j <= t; ++j) z += (p[j] = std::exp(p[j] - mx));
-          double e = 0;
-          for (int64_t j = 0; j <= t; ++j) {
-            p[j] /= z;
-            if (p[j] > 0) e -= p[j] * std::log(p[j]);
-          }
-          s.alpha1 += p[0];
-          if (t >= 1) ent += e / std::log(static_cast<double>(t + 1));
-        }
-      }
-      s.alpha1 /= static_cast<double>(B * Tm);
-      s.focus = Tm > 1 ? 1.0 - ent / static_cast<double>(B * (Tm - 1)) : 0.0;
-      out.push_back(s);
+      const AttentionHeadStats& hs = st.heads[h];
+      out.push_back({l, h, hs.alpha[0], std::isfinite(hs.entropy) ? 1.0 - hs.entropy : 0.0});
     }
   }
   return out;
@@ -270,7 +258,7 @@ Result<Measured> Measure(const ExperimentOptions& o) {
   ATTNLAB_RETURN_IF_ERROR(g.Forward(x.data(), nullptr, m.windows, m.T, nullptr));
   m.Tm = g.last_len();
   m.key = m.Tm / 2;
-  m.heads = HeadStats(g);
+  ATTNLAB_ASSIGN_OR_RETURN(m.heads, HeadStats(g));
   ATTNLAB_ASSIGN_OR_RETURN(Subject studied, ChooseHead(o, m.heads, c));
   m.subjects.push_back(studied);
   Subject sink;
