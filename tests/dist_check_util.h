@@ -4,7 +4,9 @@
 #ifndef ATTNLAB_TESTS_DIST_CHECK_UTIL_H_
 #define ATTNLAB_TESTS_DIST_CHECK_UTIL_H_
 
+#include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "attnlab/status.h"
@@ -23,6 +25,18 @@ inline void Expect(bool ok, const std::string& what) {
 
 inline void ExpectOk(const Status& st, const std::string& what) {
   Expect(st.ok(), what + ": " + st.ToString());
+}
+
+// The end of a check program: every rank's failures summed, rank 0 prints "<what>: <ok or
+// FAILED>", MPI finalised; the exit status (the same on every rank).
+inline int Finish(const std::string& what, const std::string& ok) {
+  int64_t failures = g_failures;
+  (void)dist::World().AllReduceSum(std::span<int64_t>(&failures, 1), "failures");
+  if (dist::World().root()) {
+    std::printf("%s: %s\n", what.c_str(), failures == 0 ? ok.c_str() : "FAILED");
+  }
+  dist::FinalizeWorld();
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace attnlab::dist_check

@@ -36,7 +36,6 @@ using attnlab::ModelConfig;
 using attnlab::Status;
 namespace dist = attnlab::dist;
 using attnlab::dist_check::Expect;
-using attnlab::dist_check::g_failures;
 
 struct Case {
   std::string name;
@@ -256,12 +255,7 @@ int main(int argc, char** argv) {
     // Still usable after the errors.
     RunCase({"after errors", Base()}, 1, 11);
   }
-  int64_t failures = g_failures;
-  (void)w.AllReduceSum(std::span<int64_t>(&failures, 1), "failures");
-  if (w.root()) {
-    std::printf("sequence-parallel decoder: %d cases on %d rank(s): %s\n", cases, P,
-                failures == 0 ? "all match the single-process forward" : "FAILED");
-  }
-  dist::FinalizeWorld();
-  return failures == 0 ? 0 : 1;
+  return attnlab::dist_check::Finish("sequence-parallel decoder: " + std::to_string(cases) +
+                                         " cases on " + std::to_string(P) + " rank(s)",
+                                     "all match the single-process forward");
 }

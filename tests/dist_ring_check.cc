@@ -35,7 +35,6 @@ using attnlab::Status;
 namespace dist = attnlab::dist;
 
 using attnlab::dist_check::Expect;
-using attnlab::dist_check::g_failures;
 
 std::vector<float> Random(int64_t n, uint32_t seed, float sd) {
   std::mt19937 rng(seed);
@@ -196,12 +195,7 @@ int main(int argc, char** argv) {
   softpick.softmax = SoftmaxKind::kSoftpick;
   ExpectError({1, 2, 1, 20, 8}, softpick, "softpick");
   if (P > 1) ExpectError({1, 2, 1, 20 + (w.rank() == P - 1 ? 1 : 0), 8}, causal, "ranks disagree");
-  int64_t failures = g_failures;
-  (void)w.AllReduceSum(std::span<int64_t>(&failures, 1), "failures");
-  if (w.root()) {
-    std::printf("ring attention: %zu cases on %d rank(s): %s\n", cases.size(), w.size(),
-                failures == 0 ? "all match the single-process kernel" : "FAILED");
-  }
-  dist::FinalizeWorld();
-  return g_failures == 0 ? 0 : 1;
+  return attnlab::dist_check::Finish("ring attention: " + std::to_string(cases.size()) +
+                                         " cases on " + std::to_string(w.size()) + " rank(s)",
+                                     "all match the single-process kernel");
 }
