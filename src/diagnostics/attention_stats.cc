@@ -27,7 +27,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string Str(int64_t x) { return std::to_string(x); }
-int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
 bool HasSink(SoftmaxKind k) { return k == SoftmaxKind::kSoftmax1 || k == SoftmaxKind::kSinkLogit; }
 
 Status ValidateOptions(const AttentionStatsOptions& o) {
@@ -72,7 +71,50 @@ struct Call {
   ThreadPool* pool;
   const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
   float* key0_out = nullptr;         // [heads_q, len_q] P[i, 0] per row, or null
+  // The keys packed for the engine's score_panels: head hk's panel p at kp + (hk * kp_panels +
+  // p) * head_dim * kScorePanel (internal::ScorePanelIndex within a head; zero past len_k), or
+  // null when the call scores through Sgemm (too few rows to pay for packing the keys).
+  const float* kp = nullptr;
+  int64_t kp_panels = 0;
 };
+
+constexpr int64_t kPanel = internal::kScorePanel;
+int64_t RoundUpPanel(int64_t n) { return (n + kPanel - 1) / kPanel * kPanel; }
+
+// Calls with at least this many query rows pack their keys (a copy of len_k x head_dim floats,
+// against heads_q x len_q x len_k x head_dim multiply-adds of scores).
+constexpr int64_t kPackMinRows = 16;
+
+// The keys of every KV head packed in score panels (Call::kp's layout).
+std::vector<float> PackKeys(const AttentionTensor& k, int64_t heads_kv, int64_t len_k, int64_t d,
+                            ThreadPool& pool) {
+  const int64_t panels = RoundUpPanel(len_k) / kPanel;
+  std::vector<float> kp(heads_kv * panels * d * kPanel);
+  pool.ParallelFor(heads_kv * panels, [&](int64_t task, int) {
+    const int64_t hk = task / panels, p = task % panels;
+    float* out = kp.data() + task * d * kPanel;
+    for (int64_t c = 0; c < kPanel; ++c) {
+      const int64_t j = p * kPanel + c;
+      if (j >= len_k) {
+        for (int64_t e = 0; e < d; ++e) out[e * kPanel + c] = 0.0f;
+        continue;
+      }
+      const float* kj = k.at(0, hk, j);
+      for (int64_t e = 0; e < d; ++e) out[e * kPanel + c] = kj[e];
+    }
+  });
+  return kp;
+}
+
+// The first column a block scores from: c0 itself, or rounded down to a whole score panel when
+// the keys are packed (the extra keys are masked like any invisible key).
+int64_t ScoreStart(const Call& c, int64_t c0) { return c.kp ? c0 / kPanel * kPanel : c0; }
+
+// The padded row length for scoring keys [c0, c1) (a multiple of 16; of the panel when packed).
+int64_t ScoreLd(const Call& c, int64_t ncols) {
+  const int64_t n = std::max<int64_t>(1, ncols);
+  return c.kp ? RoundUpPanel(n) : (n + 15) / 16 * 16;  // the row kernels' padding
+}
 
 // Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window.
 // Empty when c1 <= c0. The bounds are not monotone across the global/local boundary (a global
@@ -88,11 +130,22 @@ void BlockColumns(const AttentionMask& mask, int64_t len_q, int64_t len_k, int64
 // Scores of rows [i0, i1) of query head h against keys [c0, c1), times scale * log2(e), into t
 // (row stride ld, a multiple of 16, >= c1 - c0); invisible keys and the padding up to ld are
 // -inf. n[r] = number of visible keys of row i0 + r (attention.h's visibility, via
-// RowVisibleRange / KeyVisible).
+// RowVisibleRange / KeyVisible). With packed keys, c0 = ScoreStart(c0) and ld = ScoreLd(c1 - c0);
+// qs is scratch for the rows' scaled queries.
 void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, int64_t c1,
-                  float* t, int64_t ld, int64_t* n) {
+                  float* t, int64_t ld, int64_t* n, std::vector<float>& qs) {
   const int64_t rows = i1 - i0, ncols = std::max<int64_t>(0, c1 - c0);
-  if (ncols > 0) {
+  if (ncols > 0 && c.kp) {
+    const int64_t hk = h / (c.heads_q / c.heads_kv), d = c.head_dim;
+    qs.resize(rows * d);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qi = c.q + (i0 + r) * c.q_stride + h * d;
+      for (int64_t e = 0; e < d; ++e) qs[r * d + e] = qi[e] * c.scale2;
+    }
+    internal::ActiveKernels().row_stats.score_panels(
+        rows, RoundUpPanel(ncols) / kPanel, d, qs.data(),
+        c.kp + (hk * c.kp_panels + c0 / kPanel) * d * kPanel, t, ld);
+  } else if (ncols > 0) {
     const int64_t hk = h / (c.heads_q / c.heads_kv);
     const int64_t ldk = ncols > 1 ? c.k.stride_token : std::max(c.k.stride_token, c.head_dim);
     internal::Sgemm(internal::Trans::kNo, internal::Trans::kYes, rows, ncols, c.head_dim, c.scale2,
@@ -224,6 +277,7 @@ Call MakeCall(const AttentionParams& params, const float* q, int64_t q_row_strid
 struct ThreadScratch {
   std::vector<float> scores;      // phase A: B_r rows of ld scores; phase B: one row
   std::vector<int64_t> visible;   // phase A: [B_r] visible keys per row (n_i)
+  std::vector<float> qs;          // both: the scored rows' queries times the scale (packed keys)
   std::vector<double> probs, logs;  // phase B: [heads_q][padded keys] renormalised rows, logs
 };
 
@@ -382,13 +436,14 @@ void BlockHeadPartial(const Call& c, const AttentionStatsOptions& opt, int64_t b
   const int64_t i0 = blk * block_rows, i1 = std::min(c.len_q, i0 + block_rows);
   int64_t c0, c1;
   BlockColumns(c.params->mask, c.len_q, c.len_k, i0, i1, &c0, &c1);
-  const int64_t ld = RoundUp16(std::max<int64_t>(1, c1 - c0));
-  const int64_t ld_max = RoundUp16(c.len_k);
+  c0 = ScoreStart(c, c0);
+  const int64_t ld = ScoreLd(c, c1 - c0);
+  const int64_t ld_max = ScoreLd(c, c.len_k);
   if (static_cast<int64_t>(w.scores.size()) < block_rows * ld_max) {
     w.scores.resize(block_rows * ld_max);
   }
   if (static_cast<int64_t>(w.visible.size()) < block_rows) w.visible.resize(block_rows);
-  MaskedScores(c, h, i0, i1, c0, c1, w.scores.data(), ld, w.visible.data());
+  MaskedScores(c, h, i0, i1, c0, c1, w.scores.data(), ld, w.visible.data(), w.qs);
   const double extra2 = c.kind == SoftmaxKind::kSoftmax1    ? 0.0
                         : c.kind == SoftmaxKind::kSinkLogit ? c.params->sink_logits[h] * kLog2e
                                                             : -INFINITY;
@@ -423,10 +478,10 @@ std::vector<double> HeadPartials(const Call& c, const AttentionStatsOptions& opt
 // and the padding keep 0, no weight and a finite log). False if the head has no distribution on
 // this row (n_i = 0 or M_i = 0). scores: ld floats of scratch.
 bool RenormalisedRow(const Call& c, int64_t h, int64_t i, int64_t c0, int64_t c1, float* scores,
-                     int64_t ld, double* probs, double* logs) {
+                     int64_t ld, double* probs, double* logs, std::vector<float>& qs) {
   const int64_t nc = std::max<int64_t>(0, c1 - c0);
   int64_t n_visible;
-  MaskedScores(c, h, i, i + 1, c0, c1, scores, ld, &n_visible);
+  MaskedScores(c, h, i, i + 1, c0, c1, scores, ld, &n_visible, qs);
   if (n_visible == 0) return false;
   double sum = 0;
   if (IsUnnormalisedWeights(c.kind)) {
@@ -473,7 +528,8 @@ std::vector<double> JsdRowValues(const Call& c, int64_t i, ThreadScratch& w) {
   const int64_t heads = c.heads_q;
   int64_t c0, c1;
   BlockColumns(c.params->mask, c.len_q, c.len_k, i, i + 1, &c0, &c1);
-  const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = RoundUp16(std::max<int64_t>(1, nc));
+  c0 = ScoreStart(c, c0);
+  const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = ScoreLd(c, nc);
   if (static_cast<int64_t>(w.scores.size()) < ld) w.scores.resize(ld);
   const int64_t padded =
       (std::max<int64_t>(1, nc) + internal::kJsPad - 1) / internal::kJsPad * internal::kJsPad;
@@ -482,7 +538,7 @@ std::vector<double> JsdRowValues(const Call& c, int64_t i, ThreadScratch& w) {
   std::vector<char> usable(heads, 0);
   for (int64_t h = 0; h < heads; ++h) {
     usable[h] = RenormalisedRow(c, h, i, c0, c1, w.scores.data(), ld, &w.probs[h * padded],
-                                &w.logs[h * padded]);
+                                &w.logs[h * padded], w.qs);
   }
   std::vector<double> values(heads * heads, kNaN);
   for (int64_t h1 = 0; h1 < heads; ++h1) {
@@ -607,6 +663,12 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
                     &pool);
   c.row_extra = row_extra_ ? row_extra_logits.data() : nullptr;
   c.key0_out = key0_prob.empty() ? nullptr : key0_prob.data();
+  std::vector<float> packed;
+  if (len_q >= kPackMinRows) {
+    packed = PackKeys(k_all, heads_kv_, len_k, head_dim_, pool);
+    c.kp = packed.data();
+    c.kp_panels = RoundUpPanel(len_k) / kPanel;
+  }
   std::vector<ThreadScratch> scratch(pool.num_threads());
 
   // Phase A: per-head statistics.

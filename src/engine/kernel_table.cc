@@ -19,8 +19,9 @@ namespace {
                   &ns::FlashBackwardTask, &ns::DecodeTask, &ns::WeightRowsTask,        \
                   &ns::WidenRows,         OpsTable{}, RowStatsTable{}, GramTable{}};   \
     ATTNLAB_DISPATCHED_OPS(ATTNLAB_OPS_ENTRY)                                          \
-    t.row_stats = {&ns::RowMax, &ns::RowArgMax, &ns::SoftmaxRowSums,                   \
-                   &ns::SigmoidRowSums, &ns::JsDistance, &ns::Exp2Accumulate};         \
+    t.row_stats = {&ns::RowMax,         &ns::RowArgMax,  &ns::SoftmaxRowSums,           \
+                   &ns::SigmoidRowSums, &ns::JsDistance, &ns::Exp2Accumulate,          \
+                   &ns::ScorePanels};                                                  \
     t.gram = {&ns::GramColumns, &ns::GramLowerColumns};                                \
     ns::DescribeTarget(&t.lanes, &t.tile_rows, &t.tile_cols);                          \
     return t;                                                                          \

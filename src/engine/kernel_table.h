@@ -147,10 +147,21 @@ struct OpsTable {
 //   exp2_accumulate  acc[j] += 2^(t[j] - shift2) for j in [0, n), any n >= 0 (t = -inf adds 0,
 //                 NaN propagates): attention probabilities from base-2 scores and a known lse,
 //                 summed over rows (the scored KV caches, cache/scored_cache.cc)
+//   score_panels  the score block t[r * ld + p * kScorePanel + c] = sum_{k < d} q[r * d + k] *
+//                 kp[(p * d + k) * kScorePanel + c] for rows r < rows, panels p < panels, c <
+//                 kScorePanel (ld >= panels * kScorePanel): keys packed transposed in panels of
+//                 kScorePanel (ScorePanelIndex), so each panel is one contiguous [d][64] block the
+//                 engine's micro-kernel reads row by row (oneDNN's sgemm repacked every block of
+//                 keys on every call); the products summed in k order
 // fp32 lanes flushed into double every 256 keys; JSD in double lanes.
 struct RowSumsD {
   double s0 = 0, s1 = 0, s2 = 0;
 };
+inline constexpr int64_t kScorePanel = 64;
+// Where key j's component k sits in score_panels' packed keys (d components per key).
+inline int64_t ScorePanelIndex(int64_t j, int64_t k, int64_t d) {
+  return ((j / kScorePanel) * d + k) * kScorePanel + j % kScorePanel;
+}
 constexpr int64_t kJsPad = 8;  // every target's double lanes divide it
 struct RowStatsTable {
   float (*row_max)(const float* t, int64_t ld);
@@ -160,6 +171,8 @@ struct RowStatsTable {
   double (*js_distance)(const double* q1, const double* l1, const double* q2, const double* l2,
                         int64_t n);
   void (*exp2_accumulate)(const float* t, int64_t n, float shift2, float* acc);
+  void (*score_panels)(int64_t rows, int64_t panels, int64_t d, const float* q, const float* kp,
+                       float* t, int64_t ld);
 };
 
 // ---- The lower triangle of a Gram matrix in double (gram_kernel.cc; the representation
@@ -224,6 +237,8 @@ const KernelTable& ActiveKernels();
   double JsDistance(const double* q1, const double* l1, const double* q2, const double* l2,   \
                     int64_t n);                                                               \
   void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc);                   \
+  void ScorePanels(int64_t rows, int64_t panels, int64_t d, const float* q, const float* kp,  \
+                   float* t, int64_t ld);                                                     \
   int64_t GramColumns();                                                                      \
   void GramLowerColumns(const double* x, int64_t rows, int64_t n, int64_t b0, double* g,      \
                         int64_t ldg);                                                         \

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/kernel_table.h"
+#include "engine/micro_gemm.h"
 #include "engine/simd.h"
 #include "engine/target.h"
 
@@ -56,6 +57,26 @@ namespace {
 
 constexpr int64_t kFlush = 256;
 
+// Vectors of doubles as wide as the float vectors (half the lanes): the row sums' double
+// accumulators and the Jensen-Shannon loop.
+typedef double VecD __attribute__((vector_size(sizeof(simd::VecF))));
+typedef float HalfF __attribute__((vector_size(sizeof(simd::VecF) / 2)));
+constexpr int64_t kLanesD = sizeof(simd::VecF) / sizeof(double);
+
+// acc += the lanes of a, widened to double (lane l of each half into lane l of acc).
+inline void AddWidened(VecD& acc, const VecF& a) {
+  HalfF lo, hi;
+  std::memcpy(&lo, &a, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&a) + sizeof(lo), sizeof(hi));
+  acc += __builtin_convertvector(lo, VecD) + __builtin_convertvector(hi, VecD);
+}
+
+inline double ReduceD(const VecD& v) {
+  double s = 0;
+  for (int l = 0; l < kLanesD; ++l) s += v[l];
+  return s;
+}
+
 void Flush(const VecF& a0, const VecF& a1, const VecF& a2, RowSums* s) {
   for (int l = 0; l < simd::kLanes; ++l) {
     s->s0 += a0[l];
@@ -66,22 +87,53 @@ void Flush(const VecF& a0, const VecF& a1, const VecF& a2, RowSums* s) {
 
 }  // namespace
 
+// e_j = 2^u_j for u_j = t_j - max2 <= 0 with simd::Exp2's range reduction and polynomial, but
+// only the work this range needs: u is clamped below at -127 (one compare; simd::Exp2 clamps
+// both ends and checks NaN per key), n = round(u) by the 1.5 * 2^23 trick (exact for |u| < 2^22),
+// 2^n from the same sum's low bits, and e = 0 where u < -126 (-inf: masked keys). A NaN score
+// makes every sum NaN (checked once per flush instead of per key), as simd::Exp2 would.
 RowSums SoftmaxRowSums(const float* t, int64_t ld, float max2, int64_t dist0) {
-  RowSums s;
-  const VecF mv = simd::Set1(max2), floor = simd::Set1(-1000.0f), step = simd::Set1(simd::kLanes);
+  const VecF mv = simd::Set1(max2), lo = simd::Set1(-127.0f), zero_below = simd::Set1(-126.0f);
+  const VecF magic = simd::Set1(12582912.0f), step = simd::Set1(simd::kLanes);
+  const simd::VecI bias = simd::IotaI() * 0 + (127 - 0x4B400000);  // 2^n: (bits(u + magic) + bias) << 23
+  VecD d0 = {}, d1 = {}, d2 = {};
+  bool nan = false;
   for (int64_t j0 = 0; j0 < ld; j0 += kFlush) {
     VecF a0 = simd::Zero(), a1 = simd::Zero(), a2 = simd::Zero();
+    simd::VecI bad = {};
     VecF dist = simd::Set1(static_cast<float>(dist0 - j0)) - simd::IotaF();  // exact integers
     const int64_t j1 = std::min(ld, j0 + kFlush);
     for (int64_t j = j0; j < j1; j += simd::kLanes, dist -= step) {
-      const VecF u = simd::Max(simd::Load(t + j) - mv, floor);  // -inf -> -1000 -> e = 0
-      const VecF e = simd::Exp2(u);
+      const VecF u = simd::Load(t + j) - mv;
+      bad |= (u != u);
+      const VecF uc = u > lo ? u : lo;  // also NaN -> -127 (flagged above)
+      const VecF v = uc + magic;
+      const VecF f = uc - (v - magic);  // in [-0.5, 0.5]
+      simd::VecI bits;
+      std::memcpy(&bits, &v, sizeof(bits));
+      bits = (bits + bias) << 23;
+      VecF scale;
+      std::memcpy(&scale, &bits, sizeof(scale));
+      VecF p = simd::Set1(1.535336188319500e-4f);
+      p = p * f + simd::Set1(1.339887440266574e-3f);
+      p = p * f + simd::Set1(9.618437357674640e-3f);
+      p = p * f + simd::Set1(5.550332471162809e-2f);
+      p = p * f + simd::Set1(2.402264791363012e-1f);
+      p = p * f + simd::Set1(6.931472028550421e-1f);
+      p = p * f + simd::Set1(1.0f);
+      const VecF e = uc < zero_below ? simd::Zero() : p * scale;
       a0 += e;
-      a1 += e * u;
+      a1 += e * uc;
       a2 += e * dist;
     }
-    Flush(a0, a1, a2, &s);
+    for (int l = 0; l < simd::kLanes; ++l) nan |= bad[l] != 0;
+    AddWidened(d0, a0);
+    AddWidened(d1, a1);
+    AddWidened(d2, a2);
   }
+  RowSums s;
+  s.s0 = ReduceD(d0), s.s1 = ReduceD(d1), s.s2 = ReduceD(d2);
+  if (nan) s.s0 = s.s1 = s.s2 = std::numeric_limits<double>::quiet_NaN();
   return s;
 }
 
@@ -105,13 +157,11 @@ RowSums SigmoidRowSums(const float* t, int64_t ld, float b2, int64_t dist0) {
   return s;
 }
 
-// Vectors of doubles, as wide as the float vectors, for the Jensen-Shannon loop (one log per
-// key and head pair: the hot part of the sampled rows).
+// The Jensen-Shannon loop in double vectors (one log per key and head pair: the hot part of the
+// sampled rows).
 namespace {
 
-typedef double VecD __attribute__((vector_size(sizeof(simd::VecF))));
 typedef int64_t VecL __attribute__((vector_size(sizeof(simd::VecF))));
-constexpr int64_t kLanesD = sizeof(simd::VecF) / sizeof(double);
 
 inline VecD LoadD(const double* p) {
   VecD v;
@@ -172,6 +222,14 @@ void Exp2Accumulate(const float* t, int64_t n, float shift2, float* acc) {
   // The last n - j < kLanes keys one at a time, with the same polynomial (no stack arrays of
   // vector width: AddressSanitizer's fake stack does not align them as AVX-512 code expects).
   for (; j < n; ++j) acc[j] += simd::Exp2Scalar(t[j] - shift2);
+}
+
+void ScorePanels(int64_t rows, int64_t panels, int64_t d, const float* q, const float* kp,
+                 float* t, int64_t ld) {
+  for (int64_t p = 0; p < panels; ++p) {
+    SmallGemm(rows, internal::kScorePanel, d, q, d, kp + p * d * internal::kScorePanel,
+              internal::kScorePanel, t + p * internal::kScorePanel, ld, /*accumulate=*/false);
+  }
 }
 
 }  // namespace attnlab::ATTNLAB_TARGET_NS

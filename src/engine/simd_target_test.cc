@@ -200,6 +200,80 @@ TEST(SimdTarget, EveryTargetComputesTheSameRowStatistics) {
   }
 }
 
+// softmax_row_sums at the edges of its exp2: keys 126-127 below the max (2^u for u >= -126, 0
+// below, as simd::Exp2), far below, -inf (0) across two flushes, against double; one NaN score
+// makes every sum NaN, on every target.
+TEST(SimdTarget, EveryTargetsSoftmaxRowSumsHandleUnderflowAndNaN) {
+  ScopedTarget restore;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t ld = 272;
+  std::vector<float> t(ld);
+  for (int64_t j = 0; j < ld; ++j) t[j] = nd(rng);
+  const float mx = 20.0f;
+  t[100] = mx;
+  t[3] = mx - 125.5f, t[4] = mx - 126.0f, t[5] = mx - 126.25f, t[6] = mx - 127.0f;
+  t[7] = mx - 400.0f, t[8] = -INFINITY, t[ld - 1] = -INFINITY;
+  double s0 = 0, s1 = 0, s2 = 0;
+  const int64_t dist0 = 500;
+  for (int64_t j = 0; j < ld; ++j) {
+    const double u = static_cast<double>(t[j]) - mx;
+    if (!(u >= -126.0)) continue;
+    const double e = std::exp2(u);
+    s0 += e, s1 += e * u, s2 += e * static_cast<double>(dist0 - j);
+  }
+  for (SimdTarget target : AvailableSimdTargets()) {
+    ASSERT_TRUE(SetSimdTarget(target).ok());
+    const internal::RowStatsTable& k = internal::ActiveKernels().row_stats;
+    const std::string what(SimdTargetName(target));
+    const internal::RowSumsD s = k.softmax_row_sums(t.data(), ld, mx, dist0);
+    EXPECT_NEAR(s.s0, s0, 1e-6 * s0) << what;
+    EXPECT_NEAR(s.s1, s1, 1e-6 * (1 + std::abs(s1))) << what;
+    EXPECT_NEAR(s.s2, s2, 1e-6 * std::abs(s2)) << what;
+    std::vector<float> bad = t;
+    bad[200] = NAN;
+    const internal::RowSumsD n = k.softmax_row_sums(bad.data(), ld, mx, dist0);
+    EXPECT_TRUE(std::isnan(n.s0) && std::isnan(n.s1) && std::isnan(n.s2)) << what;
+  }
+}
+
+// score_panels: every target equals the plain triple loop exactly on small integers (exact
+// products and sums), for one row, a tail of rows, several panels and head dims 1, 7, 64.
+TEST(SimdTarget, EveryTargetScoresPackedKeysExactly) {
+  ScopedTarget restore;
+  std::mt19937 rng(12);
+  for (int64_t d : {1, 7, 64}) {
+    for (int64_t rows : {1, 7, 64}) {
+      const int64_t keys = 150, panels = 3, ld = panels * internal::kScorePanel + 16;
+      std::vector<float> q(rows * d), kp(panels * d * internal::kScorePanel, 0.0f);
+      std::vector<float> kk(keys * d);
+      for (float& x : q) x = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      for (float& x : kk) x = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      for (int64_t j = 0; j < keys; ++j) {
+        for (int64_t e = 0; e < d; ++e) kp[internal::ScorePanelIndex(j, e, d)] = kk[j * d + e];
+      }
+      for (SimdTarget target : AvailableSimdTargets()) {
+        ASSERT_TRUE(SetSimdTarget(target).ok());
+        std::vector<float> out(rows * ld, 123.0f);
+        internal::ActiveKernels().row_stats.score_panels(rows, panels, d, q.data(), kp.data(),
+                                                         out.data(), ld);
+        const std::string what = std::string(SimdTargetName(target)) + " d " +
+                                 std::to_string(d) + " rows " + std::to_string(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < panels * internal::kScorePanel; ++j) {
+            double want = 0;
+            for (int64_t e = 0; e < d && j < keys; ++e) want += q[r * d + e] * kk[j * d + e];
+            ASSERT_EQ(out[r * ld + j], want) << what << " row " << r << " key " << j;
+          }
+          for (int64_t j = panels * internal::kScorePanel; j < ld; ++j) {
+            ASSERT_EQ(out[r * ld + j], 123.0f) << what << " past the panels";
+          }
+        }
+      }
+    }
+  }
+}
+
 // exp2_accumulate: every target against std::exp2 in double over awkward lengths (empty, below
 // one vector, a tail, several vectors), with -inf (adds 0), very negative scores (underflow to
 // 0) and a NaN (poisons its own key only); keys past n are untouched.
