@@ -71,11 +71,10 @@ struct Call {
   ThreadPool* pool;
   const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
   float* key0_out = nullptr;         // [heads_q, len_q] P[i, 0] per row, or null
-  // The keys packed for the engine's score_panels: head hk's panel p at kp + (hk * kp_panels +
-  // p) * head_dim * kScorePanel (internal::ScorePanelIndex within a head; zero past len_k), or
-  // null when the call scores through Sgemm (too few rows to pay for packing the keys).
+  // One KV head's keys packed for the engine's score_panels (internal::ScorePanelIndex; zero
+  // past len_k), while phase A runs that head's query heads (HeadPartials); null when the call
+  // scores through Sgemm (phase B's single rows, calls with too few rows to pay for packing).
   const float* kp = nullptr;
-  int64_t kp_panels = 0;
 };
 
 constexpr int64_t kPanel = internal::kScorePanel;
@@ -85,14 +84,13 @@ int64_t RoundUpPanel(int64_t n) { return (n + kPanel - 1) / kPanel * kPanel; }
 // against heads_q x len_q x len_k x head_dim multiply-adds of scores).
 constexpr int64_t kPackMinRows = 16;
 
-// The keys of every KV head packed in score panels (Call::kp's layout).
-std::vector<float> PackKeys(const AttentionTensor& k, int64_t heads_kv, int64_t len_k, int64_t d,
-                            ThreadPool& pool) {
+// The keys of KV head hk packed in score panels (Call::kp's layout), into kp.
+void PackKeys(const AttentionTensor& k, int64_t hk, int64_t len_k, int64_t d, ThreadPool& pool,
+              std::vector<float>& kp) {
   const int64_t panels = RoundUpPanel(len_k) / kPanel;
-  std::vector<float> kp(heads_kv * panels * d * kPanel);
-  pool.ParallelFor(heads_kv * panels, [&](int64_t task, int) {
-    const int64_t hk = task / panels, p = task % panels;
-    float* out = kp.data() + task * d * kPanel;
+  kp.resize(panels * d * kPanel);
+  pool.ParallelFor(panels, [&](int64_t p, int) {
+    float* out = kp.data() + p * d * kPanel;
     for (int64_t c = 0; c < kPanel; ++c) {
       const int64_t j = p * kPanel + c;
       if (j >= len_k) {
@@ -103,7 +101,6 @@ std::vector<float> PackKeys(const AttentionTensor& k, int64_t heads_kv, int64_t 
       for (int64_t e = 0; e < d; ++e) out[e * kPanel + c] = kj[e];
     }
   });
-  return kp;
 }
 
 // The first column a block scores from: c0 itself, or rounded down to a whole score panel when
@@ -136,7 +133,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
                   float* t, int64_t ld, int64_t* n, std::vector<float>& qs) {
   const int64_t rows = i1 - i0, ncols = std::max<int64_t>(0, c1 - c0);
   if (ncols > 0 && c.kp) {
-    const int64_t hk = h / (c.heads_q / c.heads_kv), d = c.head_dim;
+    const int64_t d = c.head_dim;
     qs.resize(rows * d);
     for (int64_t r = 0; r < rows; ++r) {
       const float* qi = c.q + (i0 + r) * c.q_stride + h * d;
@@ -144,7 +141,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
     }
     internal::ActiveKernels().row_stats.score_panels(
         rows, RoundUpPanel(ncols) / kPanel, d, qs.data(),
-        c.kp + (hk * c.kp_panels + c0 / kPanel) * d * kPanel, t, ld);
+        c.kp + c0 / kPanel * d * kPanel, t, ld);
   } else if (ncols > 0) {
     const int64_t hk = h / (c.heads_q / c.heads_kv);
     const int64_t ldk = ncols > 1 ? c.k.stride_token : std::max(c.k.stride_token, c.head_dim);
@@ -192,9 +189,15 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
 double Logit2(const Call& c, int64_t h, int64_t i, int64_t j) {
   const float* qi = c.q + i * c.q_stride + h * c.head_dim;
   const float* kj = c.k.at(0, h / (c.heads_q / c.heads_kv), j);
-  double dot = 0;
-  for (int64_t d = 0; d < c.head_dim; ++d) dot += static_cast<double>(qi[d]) * kj[d];
-  return c.scale2_d * dot;
+  // Four partial sums: independent chains the CPU overlaps (one chain waited a multiply-add's
+  // latency per component; this is called ~first_k times per row and head).
+  double acc[4] = {0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 4 <= c.head_dim; d += 4) {
+    for (int r = 0; r < 4; ++r) acc[r] += static_cast<double>(qi[d + r]) * kj[d + r];
+  }
+  for (; d < c.head_dim; ++d) acc[0] += static_cast<double>(qi[d]) * kj[d];
+  return c.scale2_d * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
 // The row loops over a padded score row, in the active SIMD target's code (engine/
@@ -461,15 +464,31 @@ void BlockHeadPartial(const Call& c, const AttentionStatsOptions& opt, int64_t b
 }
 
 // Phase A: the partial records of every (row block, head) task, [blocks][heads_q][layout size].
+// Calls with kPackMinRows rows or more run one KV head's query heads at a time, over that head's
+// packed keys (one head's copy at a time: 8 MiB at 32k keys and head_dim 64).
 std::vector<double> HeadPartials(const Call& c, const AttentionStatsOptions& opt,
                                  std::vector<ThreadScratch>& scratch) {
   const int64_t record = LayoutOf(opt).Size();
   const int64_t nblocks = (c.len_q + opt.block_rows - 1) / opt.block_rows;
   std::vector<double> partial(nblocks * c.heads_q * record, 0.0);
-  c.pool->ParallelFor(nblocks * c.heads_q, [&](int64_t task, int thread) {
-    BlockHeadPartial(c, opt, task / c.heads_q, task % c.heads_q, scratch[thread],
-                     &partial[task * record]);
-  });
+  if (c.len_q < kPackMinRows) {
+    c.pool->ParallelFor(nblocks * c.heads_q, [&](int64_t task, int thread) {
+      BlockHeadPartial(c, opt, task / c.heads_q, task % c.heads_q, scratch[thread],
+                       &partial[task * record]);
+    });
+    return partial;
+  }
+  const int64_t G = c.heads_q / c.heads_kv;
+  std::vector<float> packed;
+  for (int64_t hk = 0; hk < c.heads_kv; ++hk) {
+    PackKeys(c.k, hk, c.len_k, c.head_dim, *c.pool, packed);
+    Call ch = c;
+    ch.kp = packed.data();
+    c.pool->ParallelFor(nblocks * G, [&](int64_t task, int thread) {
+      const int64_t blk = task / G, h = hk * G + task % G;
+      BlockHeadPartial(ch, opt, blk, h, scratch[thread], &partial[(blk * c.heads_q + h) * record]);
+    });
+  }
   return partial;
 }
 
@@ -663,12 +682,6 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
                     &pool);
   c.row_extra = row_extra_ ? row_extra_logits.data() : nullptr;
   c.key0_out = key0_prob.empty() ? nullptr : key0_prob.data();
-  std::vector<float> packed;
-  if (len_q >= kPackMinRows) {
-    packed = PackKeys(k_all, heads_kv_, len_k, head_dim_, pool);
-    c.kp = packed.data();
-    c.kp_panels = RoundUpPanel(len_k) / kPanel;
-  }
   std::vector<ThreadScratch> scratch(pool.num_threads());
 
   // Phase A: per-head statistics.
