@@ -16,6 +16,36 @@
 
 namespace attnlab {
 
+namespace stats_internal {
+
+// Everything a task needs about one AddRows call.
+struct Call {
+  const AttentionParams* params;
+  const float* q;
+  int64_t q_stride;
+  AttentionTensor k;
+  int64_t len_q, len_k, heads_q, heads_kv, head_dim;
+  // Local row i sits at key position pos(i) = off + step * i: step 1 for AddRows (off = len_k -
+  // len_q), the rank count for AddStripedRows (off = the rank; the call stands for all len_k
+  // rows of the sequence, numbered rows_ + pos by every rank).
+  int64_t off;
+  int64_t step = 1;
+  int64_t span;  // rows the call numbers: len_q, or len_k for a striped call
+  float scale2;  // scale * log2(e): scores are kept in the exp2 domain
+  double scale2_d;
+  double bias2;  // sigmoid_bias * log2(e)
+  SoftmaxKind kind;
+  ThreadPool* pool;
+  const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
+  float* key0_out = nullptr;         // [heads_q, len_q] P[i, 0] per row, or null
+  // One KV head's keys packed for the engine's score_panels (internal::ScorePanelIndex; zero
+  // past len_k), while phase A runs that head's query heads (HeadPartials); null when the call
+  // scores through Sgemm (phase B's single rows, calls with too few rows to pay for packing).
+  const float* kp = nullptr;
+};
+
+}  // namespace stats_internal
+
 namespace {
 
 using internal::RowRange;
@@ -49,33 +79,19 @@ Status ValidateOptions(const AttentionStatsOptions& o) {
   return Status::Ok();
 }
 
-// Rows of local index i in [0, len_q) with pos(i) = i + off in [lo, hi) (hi = -1: unbounded).
-int64_t RowsWithPosIn(int64_t len_q, int64_t off, int64_t lo, int64_t hi) {
-  const int64_t a = std::clamp<int64_t>(lo - off, 0, len_q);
-  const int64_t b = hi < 0 ? len_q : std::clamp<int64_t>(hi - off, 0, len_q);
+// Rows of local index i in [0, len_q) with pos(i) = off + step * i in [lo, hi) (hi = -1:
+// unbounded; step >= 1).
+int64_t RowsWithPosIn(int64_t len_q, int64_t off, int64_t step, int64_t lo, int64_t hi) {
+  auto first_at_or_above = [&](int64_t p) {  // the first i with off + step * i >= p
+    return std::clamp<int64_t>(p <= off ? 0 : (p - off + step - 1) / step, 0, len_q);
+  };
+  const int64_t a = first_at_or_above(lo);
+  const int64_t b = hi < 0 ? len_q : first_at_or_above(hi);
   return std::max<int64_t>(0, b - a);
 }
 
-// Everything a task needs about one AddRows call.
-struct Call {
-  const AttentionParams* params;
-  const float* q;
-  int64_t q_stride;
-  AttentionTensor k;
-  int64_t len_q, len_k, heads_q, heads_kv, head_dim;
-  int64_t off;   // pos(i) = i + off
-  float scale2;  // scale * log2(e): scores are kept in the exp2 domain
-  double scale2_d;
-  double bias2;  // sigmoid_bias * log2(e)
-  SoftmaxKind kind;
-  ThreadPool* pool;
-  const float* row_extra = nullptr;  // [heads_q, len_q] natural-log extra logits, or null
-  float* key0_out = nullptr;         // [heads_q, len_q] P[i, 0] per row, or null
-  // One KV head's keys packed for the engine's score_panels (internal::ScorePanelIndex; zero
-  // past len_k), while phase A runs that head's query heads (HeadPartials); null when the call
-  // scores through Sgemm (phase B's single rows, calls with too few rows to pay for packing).
-  const float* kp = nullptr;
-};
+using stats_internal::Call;
+
 
 constexpr int64_t kPanel = internal::kScorePanel;
 int64_t RoundUpPanel(int64_t n) { return (n + kPanel - 1) / kPanel * kPanel; }
@@ -113,13 +129,30 @@ int64_t ScoreLd(const Call& c, int64_t ncols) {
   return c.kp ? RoundUpPanel(n) : (n + 15) / 16 * 16;  // the row kernels' padding
 }
 
+int64_t Pos(const Call& c, int64_t i) { return c.off + c.step * i; }
+
+// The visible key ranges of local row i (attention_mask.h, by its position: a striped call's
+// rows are the positions of a full len_k x len_k call).
+RowRange RangeOf(const Call& c, int64_t i) {
+  return c.step == 1 ? RowVisibleRange(c.params->mask, c.len_q, c.len_k, i)
+                     : RowVisibleRange(c.params->mask, c.len_k, c.len_k, Pos(c, i));
+}
+
+// Whether local row i is the call's final row (position len_k - 1): it alone gives last_key0
+// and last_visible (on one rank of a striped call).
+bool IsFinalRow(const Call& c, int64_t i) { return i == c.len_q - 1 && Pos(c, i) == c.len_k - 1; }
+
 // Keys [c0, c1) that any of the rows [i0, i1) can see through the sink prefix or the window.
 // Empty when c1 <= c0. The bounds are not monotone across the global/local boundary (a global
 // row of a bidirectional window sees every key, the next row only up to p + window_right:
 // attention_mask.h), so the span is taken over each monotone run (ChunkKeySpan).
-void BlockColumns(const AttentionMask& mask, int64_t len_q, int64_t len_k, int64_t i0, int64_t i1,
-                  int64_t* c0, int64_t* c1) {
-  const internal::KeySpan span = internal::ChunkKeySpan(mask, len_q, len_k, i0, i1 - i0);
+// A striped call's rows [i0, i1) lie among the positions [pos(i0), pos(i1 - 1)]: their span.
+void BlockColumns(const Call& c, int64_t i0, int64_t i1, int64_t* c0, int64_t* c1) {
+  const AttentionMask& mask = c.params->mask;
+  const internal::KeySpan span =
+      c.step == 1 ? internal::ChunkKeySpan(mask, c.len_q, c.len_k, i0, i1 - i0)
+                  : internal::ChunkKeySpan(mask, c.len_k, c.len_k, Pos(c, i0),
+                                           Pos(c, i1 - 1) - Pos(c, i0) + 1);
   *c1 = std::max(span.hi + 1, span.sink_end);
   *c0 = span.sink_end > 0 ? 0 : span.lo;
 }
@@ -158,7 +191,7 @@ void MaskedScores(const Call& c, int64_t h, int64_t i0, int64_t i1, int64_t c0, 
       n[r] = 0;
       continue;
     }
-    const RowRange rr = RowVisibleRange(mask, c.len_q, c.len_k, i);
+    const RowRange rr = RangeOf(c, i);
     // Visible through the ranges, clipped to [c0, c1): [c0, a1) and [b0, b1), a1 <= b0.
     const int64_t a1 = std::clamp(rr.sink_end, c0, c1);
     const int64_t b0 = std::clamp(std::max(rr.lo, rr.sink_end), c0, c1);
@@ -268,6 +301,7 @@ Call MakeCall(const AttentionParams& params, const float* q, int64_t q_row_strid
   c.len_q = len_q, c.len_k = len_k, c.heads_q = heads_q, c.heads_kv = heads_kv;
   c.head_dim = head_dim;
   c.off = len_k - len_q;
+  c.span = len_q;
   c.scale2_d = static_cast<double>(internal::DefaultScaleOf(params, head_dim)) * kLog2e;
   c.scale2 = static_cast<float>(c.scale2_d);
   c.bias2 = static_cast<double>(params.sigmoid_bias) * kLog2e;
@@ -301,7 +335,7 @@ struct RowNorm {
 // the fixed slots of `partial`. extra2 = the extra logit times log2(e) (-inf for kStandard).
 RowNorm AddSoftmaxRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& row,
                            int64_t n_visible, double extra2, double* partial) {
-  const int64_t pos = i + c.off;
+  const int64_t pos = Pos(c, i);
   RowNorm norm;
   int64_t arg_max;
   norm.row_max2 = RowArgMax(row.scores, row.ld, &arg_max);
@@ -330,7 +364,7 @@ RowNorm AddSoftmaxRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& 
 // A sigmoid row: its real mass (the weights are not normalised), its distance term added.
 RowNorm AddSigmoidRowTerms(const Call& c, int64_t i, const ScoreRow& row, double* partial) {
   const RowSums s =
-      SigmoidRowSums(row.scores, row.ld, static_cast<float>(c.bias2), i + c.off - row.c0);
+      SigmoidRowSums(row.scores, row.ld, static_cast<float>(c.bias2), Pos(c, i) - row.c0);
   partial[kDistance] += s.s2;
   RowNorm norm;
   norm.real_mass = s.s0;
@@ -345,7 +379,7 @@ RowNorm AddSigmoidRowTerms(const Call& c, int64_t i, const ScoreRow& row, double
 // errors in the tests).
 RowNorm AddSoftpickRowTerms(const Call& c, int64_t h, int64_t i, const ScoreRow& row,
                             double* partial) {
-  const int64_t dist0 = i + c.off - row.c0;
+  const int64_t dist0 = Pos(c, i) - row.c0;
   thread_local std::vector<double> x;
   x.assign(row.ld, kNegInf);
   double m = kNegInf;
@@ -389,7 +423,7 @@ double KeyProb(const Call& c, int64_t h, int64_t i, int64_t j, const ScoreRow& r
 void AddKeyProbTerms(const Call& c, const AttentionStatsOptions& opt, int64_t h, int64_t i,
                      const ScoreRow& row, const RowNorm& norm, double* partial) {
   const PartialLayout lay = LayoutOf(opt);
-  const int64_t pos = i + c.off;
+  const int64_t pos = Pos(c, i);
   double* col = partial + lay.Col();
   double* mass = partial + lay.Mass();
   double* diag = partial + lay.Diag();
@@ -405,15 +439,15 @@ void AddKeyProbTerms(const Call& c, const AttentionStatsOptions& opt, int64_t h,
     if (pos < g.pos_begin || (g.pos_end >= 0 && pos >= g.pos_end)) continue;
     diag[d] += KeyProb(c, h, i, pos - g.offset, row, norm);
   }
-  if (i == c.len_q - 1) partial[kLastKey0] = KeyProb(c, h, i, 0, row, norm);
+  if (IsFinalRow(c, i)) partial[kLastKey0] = KeyProb(c, h, i, 0, row, norm);
 }
 
 // Adds row i of query head h (n_visible keys) to its block's partial record.
 void AddRowToPartial(const Call& c, const AttentionStatsOptions& opt, int64_t h, int64_t i,
                      const ScoreRow& row, int64_t n_visible, double extra2, double* partial) {
   const PartialLayout lay = LayoutOf(opt);
-  const int64_t pos = i + c.off;
-  if (i == c.len_q - 1) partial[kLastVisible] = static_cast<double>(n_visible);
+  const int64_t pos = Pos(c, i);
+  if (IsFinalRow(c, i)) partial[kLastVisible] = static_cast<double>(n_visible);
   if (c.key0_out) c.key0_out[h * c.len_q + i] = 0.0f;  // dead row or key 0 invisible
   if (n_visible == 0) return;  // dead row: adds 0 to the column and diagonal sums
   // The uniform baseline of alpha: 1/n_i on each visible key among the first K.
@@ -438,7 +472,7 @@ void BlockHeadPartial(const Call& c, const AttentionStatsOptions& opt, int64_t b
   const int64_t block_rows = opt.block_rows;
   const int64_t i0 = blk * block_rows, i1 = std::min(c.len_q, i0 + block_rows);
   int64_t c0, c1;
-  BlockColumns(c.params->mask, c.len_q, c.len_k, i0, i1, &c0, &c1);
+  BlockColumns(c, i0, i1, &c0, &c1);
   c0 = ScoreStart(c, c0);
   const int64_t ld = ScoreLd(c, c1 - c0);
   const int64_t ld_max = ScoreLd(c, c.len_k);
@@ -546,7 +580,7 @@ bool RenormalisedRow(const Call& c, int64_t h, int64_t i, int64_t c0, int64_t c1
 std::vector<double> JsdRowValues(const Call& c, int64_t i, ThreadScratch& w) {
   const int64_t heads = c.heads_q;
   int64_t c0, c1;
-  BlockColumns(c.params->mask, c.len_q, c.len_k, i, i + 1, &c0, &c1);
+  BlockColumns(c, i, i + 1, &c0, &c1);
   c0 = ScoreStart(c, c0);
   const int64_t nc = std::max<int64_t>(0, c1 - c0), ld = ScoreLd(c, nc);
   if (static_cast<int64_t>(w.scores.size()) < ld) w.scores.resize(ld);
@@ -614,7 +648,7 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
                                                   int64_t q_row_stride, int64_t len_q,
                                                   const AttentionTensor& k_all,
                                                   int64_t len_k,
-                                                  std::span<const float> row_extra_logits,
+                                                  int64_t rows_held, size_t extra_size,
                                                   size_t key0_size) const {
   const int64_t Hq = heads_q_, hd = head_dim_;
   if (q == nullptr) return Status::InvalidArgument("attention stats: q is a null pointer");
@@ -643,11 +677,11 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
         "attention stats: every AddRows call must use the same softmax variant as the first; "
         "use one accumulator per layer");
   }
-  if (!row_extra_logits.empty()) {
-    if (static_cast<int64_t>(row_extra_logits.size()) != Hq * len_q) {
+  if (extra_size != 0) {
+    if (static_cast<int64_t>(extra_size) != Hq * rows_held) {
       return Status::InvalidArgument("attention stats: row_extra_logits holds " +
-                                     Str(static_cast<int64_t>(row_extra_logits.size())) +
-                                     " floats; expected heads_q * len_q = " + Str(Hq * len_q));
+                                     Str(static_cast<int64_t>(extra_size)) +
+                                     " floats; expected heads_q * rows = " + Str(Hq * rows_held));
     }
     if (IsUnnormalisedWeights(params.softmax)) {
       return Status::InvalidArgument(
@@ -655,13 +689,13 @@ Status AttentionStatsAccumulator::ValidateAddRows(const AttentionParams& params,
           "weights have none");
     }
   }
-  if (key0_size != 0 && static_cast<int64_t>(key0_size) != Hq * len_q) {
+  if (key0_size != 0 && static_cast<int64_t>(key0_size) != Hq * rows_held) {
     return Status::InvalidArgument("attention stats: key0_prob holds " +
                                    Str(static_cast<int64_t>(key0_size)) +
-                                   " floats; expected heads_q * len_q = " + Str(Hq * len_q) +
+                                   " floats; expected heads_q * rows = " + Str(Hq * rows_held) +
                                    " (or none)");
   }
-  if (kind_ && row_extra_ != !row_extra_logits.empty()) {
+  if (kind_ && row_extra_ != (extra_size != 0)) {
     return Status::InvalidArgument(
         "attention stats: every AddRows call must give row_extra_logits, or none, as the first");
   }
@@ -673,26 +707,80 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
                                           const AttentionTensor& k_all, int64_t len_k,
                                           std::span<const float> row_extra_logits,
                                           std::span<float> key0_prob) {
-  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k,
-                                          row_extra_logits, key0_prob.size()));
-  kind_ = params.softmax;
-  row_extra_ = !row_extra_logits.empty();
+  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_q, k_all, len_k, len_q,
+                                          row_extra_logits.size(), key0_prob.size()));
   ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
   Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_, head_dim_,
                     &pool);
+  AddCall(c, row_extra_logits, key0_prob);
+  return Status::Ok();
+}
+
+Status AttentionStatsAccumulator::AddStripedRows(const AttentionParams& params, const float* q,
+                                                 int64_t q_row_stride, int64_t rank,
+                                                 int64_t ranks, const AttentionTensor& k_all,
+                                                 int64_t len_k,
+                                                 std::span<const float> row_extra_logits,
+                                                 std::span<float> key0_prob) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    return Status::InvalidArgument("attention stats: striped rows need 0 <= rank < ranks, got rank " +
+                                   Str(rank) + " of " + Str(ranks));
+  }
+  if (params.mask.explicit_mask) {
+    return Status::InvalidArgument(
+        "attention stats: striped rows take the mask's rules only (causal, window, sinks, global "
+        "rows), not an explicit mask, whose rows are the local rows of one call");
+  }
+  const int64_t len_q = StripedRowCount(len_k, rank, ranks);
+  const float no_rows = 0.0f;  // a rank without rows (len_k < ranks) may pass no q
+  if (len_q == 0 && q == nullptr) q = &no_rows;
+  // The checks of a full len_k x len_k call (shapes, mask, keys, variant), with the row buffers
+  // of this rank's rows.
+  if (len_k < 1) {
+    return Status::InvalidArgument("attention stats: striped rows need len_k >= 1, got " +
+                                   Str(len_k));
+  }
+  ATTNLAB_RETURN_IF_ERROR(ValidateAddRows(params, q, q_row_stride, len_k, k_all, len_k, len_q,
+                                          row_extra_logits.size(), key0_prob.size()));
+  ThreadPool& pool = params.pool ? *params.pool : DefaultThreadPool();
+  Call c = MakeCall(params, q, q_row_stride, len_q, k_all, len_k, heads_q_, heads_kv_, head_dim_,
+                    &pool);
+  c.off = rank, c.step = ranks, c.span = len_k;
+  AddCall(c, row_extra_logits, key0_prob);
+  return Status::Ok();
+}
+
+int64_t StripedRowCount(int64_t len_k, int64_t rank, int64_t ranks) {
+  return rank < len_k ? (len_k - rank + ranks - 1) / ranks : 0;
+}
+
+void AttentionStatsAccumulator::AddCall(const Call& call, std::span<const float> row_extra_logits,
+                                        std::span<float> key0_prob) {
+  kind_ = call.params->softmax;
+  row_extra_ = !row_extra_logits.empty();
+  Call c = call;
   c.row_extra = row_extra_ ? row_extra_logits.data() : nullptr;
   c.key0_out = key0_prob.empty() ? nullptr : key0_prob.data();
+  ThreadPool& pool = *c.pool;
   std::vector<ThreadScratch> scratch(pool.num_threads());
+  const int64_t len_q = c.len_q;
+  // Row numbers: local row i is row rows_ + pos(i) - first, first = len_k - span (the position
+  // of the call's first row; 0 for a striped call).
+  const int64_t first = c.len_k - c.span;
 
   // Phase A: per-head statistics.
-  FoldHeadPartials(HeadPartials(c, options_, scratch), len_q, c.off);
+  if (len_q > 0) {
+    FoldHeadPartials(HeadPartials(c, options_, scratch), len_q, c.off, c.step, c.span,
+                     IsFinalRow(c, len_q - 1));
+  }
 
   // Phase B: Jensen-Shannon distances on the sampled rows, in batches, so that jsd_rows = 0
   // keeps O(batch * heads_q^2) values, folded in row order.
-  const int64_t stride = ThinJsdSample(rows_ + len_q);
-  std::vector<int64_t> picked;  // local rows in the sample
+  const int64_t stride = ThinJsdSample(rows_ + c.span);
+  std::vector<int64_t> picked, numbers;  // local rows in the sample, their row numbers
   for (int64_t i = 0; i < len_q; ++i) {
-    if ((rows_ + i) % stride == stride - 1) picked.push_back(i);
+    const int64_t r = rows_ + Pos(c, i) - first;
+    if (r % stride == stride - 1) picked.push_back(i), numbers.push_back(r);
   }
   constexpr int64_t kJsdBatch = 256;
   for (int64_t b0 = 0; b0 < static_cast<int64_t>(picked.size()); b0 += kJsdBatch) {
@@ -701,14 +789,14 @@ Status AttentionStatsAccumulator::AddRows(const AttentionParams& params, const f
     pool.ParallelFor(nb, [&](int64_t task, int thread) {
       values[task] = JsdRowValues(c, picked[b0 + task], scratch[thread]);
     });
-    FoldJsdValues(std::span<const int64_t>(picked).subspan(b0, nb), values);
+    FoldJsdValues(std::span<const int64_t>(numbers).subspan(b0, nb), values);
   }
-  rows_ += len_q;
-  return Status::Ok();
+  rows_ += c.span;
 }
 
 void AttentionStatsAccumulator::FoldHeadPartials(const std::vector<double>& partial,
-                                                 int64_t len_q, int64_t key_offset) {
+                                                 int64_t len_q, int64_t key_offset, int64_t step,
+                                                 int64_t span, bool has_final_row) {
   const PartialLayout lay = LayoutOf(options_);
   const int64_t K = lay.first_k, D = lay.diagonals, record = lay.Size();
   const int64_t nblocks = static_cast<int64_t>(partial.size()) / (heads_q_ * record);
@@ -730,17 +818,20 @@ void AttentionStatsAccumulator::FoldHeadPartials(const std::vector<double>& part
       for (int64_t j = 0; j < K; ++j) hs.col_uniform[j] += p[lay.ColUniform() + j];
       // The call's final row replaces the kept one unless it sees fewer keys (the header's rule:
       // a short last window of a text does not stand for the text).
-      if (blk == nblocks - 1 && static_cast<int64_t>(p[kLastVisible]) >= hs.last_visible) {
+      if (has_final_row && blk == nblocks - 1 &&
+          static_cast<int64_t>(p[kLastVisible]) >= hs.last_visible) {
         hs.last_key0 = p[kLastKey0];
         hs.last_visible = static_cast<int64_t>(p[kLastVisible]);
-        hs.last_row = rows_ + len_q - 1;
+        hs.last_row = rows_ + span - 1;
       }
     }
   }
-  for (int64_t j = 0; j < K; ++j) alpha_rows_[j] += RowsWithPosIn(len_q, key_offset, j, -1);
+  for (int64_t j = 0; j < K; ++j) {
+    alpha_rows_[j] += RowsWithPosIn(len_q, key_offset, step, j, -1);
+  }
   for (int64_t d = 0; d < D; ++d) {
     const AttentionDiagonal& g = options_.diagonals[d];
-    diagonal_rows_[d] += RowsWithPosIn(len_q, key_offset, g.pos_begin, g.pos_end);
+    diagonal_rows_[d] += RowsWithPosIn(len_q, key_offset, step, g.pos_begin, g.pos_end);
   }
 }
 
@@ -763,7 +854,7 @@ int64_t AttentionStatsAccumulator::ThinJsdSample(int64_t rows_after) {
   return stride;
 }
 
-void AttentionStatsAccumulator::FoldJsdValues(std::span<const int64_t> local_rows,
+void AttentionStatsAccumulator::FoldJsdValues(std::span<const int64_t> row_numbers,
                                               std::vector<std::vector<double>>& values) {
   const int64_t pairs = heads_q_ * heads_q_;
   if (options_.jsd_rows == 0) {
@@ -777,7 +868,7 @@ void AttentionStatsAccumulator::FoldJsdValues(std::span<const int64_t> local_row
     return;
   }
   for (size_t t = 0; t < values.size(); ++t) {
-    sample_rows_.push_back(rows_ + local_rows[t]);
+    sample_rows_.push_back(row_numbers[t]);
     sample_values_.push_back(std::move(values[t]));
   }
 }

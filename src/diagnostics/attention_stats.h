@@ -117,6 +117,10 @@
 
 namespace attnlab {
 
+namespace stats_internal {
+struct Call;  // one AddRows / AddStripedRows call (attention_stats.cc)
+}  // namespace stats_internal
+
 struct AttentionDiagonal {
   int64_t offset = 1;     // key = pos(i) - offset (1: previous token)
   int64_t pos_begin = 0;  // rows with pos(i) in [pos_begin, pos_end) ...
@@ -158,6 +162,11 @@ struct AttentionLayerStats {
 // heads whose alpha_k is NaN are not counted). 0 if there are none.
 double AttentionSinkRate(std::span<const AttentionLayerStats> layers, int64_t k, double eps = 0.3);
 
+// The rows of a len_k-token sequence striped over `ranks` processes that rank `rank` holds: the
+// positions rank, rank + ranks, ... below len_k (0 when rank >= len_k). The layout of ring
+// attention's sequence parallelism (dist/ring_attention.h, Gpt::set_sequence_parallel).
+int64_t StripedRowCount(int64_t len_k, int64_t rank, int64_t ranks);
+
 class AttentionStatsAccumulator {
  public:
   // REQUIRES (else an error): heads_q, heads_kv, head_dim >= 1, heads_q % heads_kv == 0, valid
@@ -188,6 +197,21 @@ class AttentionStatsAccumulator {
                  const AttentionTensor& k_all, int64_t len_k,
                  std::span<const float> row_extra_logits = {}, std::span<float> key0_prob = {});
 
+  // Sequence parallelism: this rank's rows of ONE sequence of len_k tokens striped over `ranks`
+  // processes (StripedRowCount(len_k, rank, ranks) rows in q, at positions rank + ranks * i),
+  // against all len_k keys in k_all. Every rank calls it for the same sequence (a rank with no
+  // rows too) and numbers all len_k rows, so that after AllReduce every rank holds what one
+  // AddRows of the whole sequence gives: the counts and the JSD sample's rows exactly, every
+  // value to the fp32 rounding of its scores (a row is scored in another row block than in one
+  // process: the precision paragraph above) and the order of the sums' additions. row_extra_logits and key0_prob, if given, address the
+  // local rows ([heads_q, local rows]). REQUIRES (else an error, nothing added): 0 <= rank <
+  // ranks, len_k >= 1, no explicit mask (its rows are one call's local rows), and what AddRows
+  // requires of a len_k x len_k call.
+  Status AddStripedRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
+                        int64_t rank, int64_t ranks, const AttentionTensor& k_all, int64_t len_k,
+                        std::span<const float> row_extra_logits = {},
+                        std::span<float> key0_prob = {});
+
   // The statistics of every row added so far (may be called at any time).
   AttentionLayerStats Finish() const;
 
@@ -215,10 +239,16 @@ class AttentionStatsAccumulator {
   // is 0) and its fold of one batch of sampled rows' [heads_q^2] values, in row order.
   Status ValidateAddRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
                          int64_t len_q, const AttentionTensor& k_all, int64_t len_k,
-                         std::span<const float> row_extra_logits, size_t key0_size) const;
-  void FoldHeadPartials(const std::vector<double>& partial, int64_t len_q, int64_t key_offset);
+                         int64_t rows_held, size_t extra_size, size_t key0_size) const;
+  // The rest of both Add calls once checked: phases A and B over the call's rows, then rows_.
+  void AddCall(const stats_internal::Call& call, std::span<const float> row_extra_logits,
+               std::span<float> key0_prob);
+  // Rows at positions key_offset + step * i, i < len_q, numbered as span rows; the call's final
+  // row (last_key0) among them or not.
+  void FoldHeadPartials(const std::vector<double>& partial, int64_t len_q, int64_t key_offset,
+                        int64_t step, int64_t span, bool has_final_row);
   int64_t ThinJsdSample(int64_t rows_after);
-  void FoldJsdValues(std::span<const int64_t> local_rows, std::vector<std::vector<double>>& values);
+  void FoldJsdValues(std::span<const int64_t> row_numbers, std::vector<std::vector<double>>& values);
 
   AttentionStatsOptions options_;
   int64_t heads_q_, heads_kv_, head_dim_;

@@ -584,6 +584,146 @@ TEST(AttentionStats, SkippedRowsKeepTheOneProcessSampleNumbering) {
   EXPECT_EQ(after.heads[1].alpha, before.heads[1].alpha);
 }
 
+// Sequence parallelism (AddStripedRows): one rank of one is AddRows exactly; P ranks' striped
+// rows (a rank with no rows when L < P, a last rank with fewer rows) partition one process's
+// statistics: every count recombined from the ranks' Finish equals the one-process count, every
+// sum its value within the fp32 tolerance of the header above (a row is scored in another row
+// block, so its keys sit in other lanes, or through the other GEMM), the JSD samples partition
+// the one-process sample, and the rank holding the last position alone reports last_key0. Every variant and causal mask, GQA, packed and
+// unpacked row counts, key0_prob per local row. (AllReduce's merge of the same states runs
+// under mpirun in tests/dist_model_check.cc.)
+TEST(AttentionStats, StripedRowsPartitionOneProcess) {
+  std::mt19937_64 rng(31);
+  for (const MaskCase& mc : kCausalMasks) {
+    for (SoftmaxKind kind : kKinds) {
+      for (int64_t L : {2, 41, 130}) {
+        Sequence s;
+        s.Init(L, 4, 2, 8);
+        s.Randomise(rng);
+        const AttentionParams p = MakeParams(mc, kind, s, rng);
+        AttentionStatsOptions o;
+        o.first_k = 3;
+        o.jsd_rows = 16;
+        o.diagonals = {AttentionDiagonal{1, 0, -1}, AttentionDiagonal{2, 5, 30}};
+        const std::string what = std::string(mc.name) + " " + KindName(kind) + " L=" +
+                                 std::to_string(L);
+        AttentionStatsAccumulator one = MakeAcc(o, s);
+        std::vector<float> key0_one(s.Hq * L);
+        ASSERT_TRUE(one.AddRows(p, s.q.data(), s.q_stride, L, s.kview, L, {}, key0_one).ok());
+        const AttentionLayerStats want = one.Finish();
+        AttentionStatsAccumulator striped1 = MakeAcc(o, s);
+        ASSERT_TRUE(striped1.AddStripedRows(p, s.q.data(), s.q_stride, 0, 1, s.kview, L).ok());
+        ExpectStatsNear(striped1.Finish(), want, 0.0, what + " one rank");
+        for (int64_t P : {2, 3}) {
+          std::vector<AttentionLayerStats> got;
+          int64_t sample_rows = 0;
+          for (int64_t r = 0; r < P; ++r) {
+            const int64_t n = StripedRowCount(L, r, P);
+            std::vector<float> q(std::max<int64_t>(1, n) * s.q_stride, 0.0f);
+            for (int64_t i = 0; i < n; ++i) {
+              std::copy_n(&s.q[(r + P * i) * s.q_stride], s.q_stride, &q[i * s.q_stride]);
+            }
+            std::vector<float> key0(s.Hq * n);
+            AttentionStatsAccumulator acc = MakeAcc(o, s);
+            ASSERT_TRUE(acc.AddStripedRows(p, q.data(), s.q_stride, r, P, s.kview, L, {}, key0).ok())
+                << what;
+            for (int64_t h = 0; h < s.Hq; ++h) {
+              for (int64_t i = 0; i < n; ++i) {
+                const float w = key0_one[h * L + r + P * i];
+                ASSERT_NEAR(key0[h * n + i], w, 1e-6 * std::abs(w) + 1e-12) << what << " key0_prob";
+              }
+            }
+            got.push_back(acc.Finish());
+            EXPECT_EQ(got.back().rows, L) << what;
+            sample_rows += got.back().jsd_sample_rows;
+          }
+          const std::string wp = what + " P=" + std::to_string(P);
+          EXPECT_EQ(sample_rows, want.jsd_sample_rows) << wp;
+          for (int64_t h = 0; h < s.Hq; ++h) {
+            const AttentionHeadStats& w = want.heads[h];
+            double entropy = 0, distance = 0, sink = 0, last_key0 = 0;
+            int64_t entropy_rows = 0, live = 0, last_visible = 0;
+            std::vector<double> alpha(o.first_k, 0.0), mass(o.first_k, 0.0), diag(2, 0.0);
+            std::vector<int64_t> alpha_rows(o.first_k, 0), diag_rows(2, 0);
+            for (int64_t r = 0; r < P; ++r) {
+              const AttentionHeadStats& g = got[r].heads[h];
+              if (g.entropy_rows > 0 && !std::isnan(g.entropy)) entropy += g.entropy * g.entropy_rows;
+              entropy_rows += g.entropy_rows;
+              if (g.live_rows > 0) {
+                distance += g.distance * g.live_rows;
+                if (!std::isnan(g.sink_mass)) sink += g.sink_mass * g.live_rows;
+                for (int64_t j = 0; j < o.first_k; ++j) mass[j] += g.first_mass[j] * g.live_rows;
+              }
+              live += g.live_rows;
+              for (int64_t j = 0; j < o.first_k; ++j) {
+                if (got[r].alpha_rows[j] > 0) alpha[j] += g.alpha[j] * got[r].alpha_rows[j];
+                alpha_rows[j] += got[r].alpha_rows[j];
+              }
+              for (int64_t d = 0; d < 2; ++d) {
+                if (got[r].diagonal_rows[d] > 0) diag[d] += g.diagonal[d] * got[r].diagonal_rows[d];
+                diag_rows[d] += got[r].diagonal_rows[d];
+              }
+              if (g.last_visible > 0) last_key0 = g.last_key0, last_visible = g.last_visible;
+              EXPECT_EQ(g.last_visible > 0, r == (L - 1) % P && w.last_visible > 0) << wp;
+            }
+            const auto near = [&](double a, double b, const char* name) {
+              if (std::isnan(b)) return;  // undefined in one process (sigmoid entropy, ...)
+              EXPECT_NEAR(a, b, 1e-6 * std::abs(b) + 1e-12) << wp << " head " << h << " " << name;
+            };
+            EXPECT_EQ(entropy_rows, w.entropy_rows) << wp;
+            EXPECT_EQ(live, w.live_rows) << wp;
+            EXPECT_EQ(alpha_rows, want.alpha_rows) << wp;
+            EXPECT_EQ(diag_rows, want.diagonal_rows) << wp;
+            EXPECT_EQ(last_visible, w.last_visible) << wp;
+            EXPECT_NEAR(last_key0, w.last_key0, 1e-6 * w.last_key0 + 1e-12) << wp;
+            if (entropy_rows > 0) near(entropy / entropy_rows, w.entropy, "entropy");
+            if (live > 0) {
+              near(distance / live, w.distance, "distance");
+              near(sink / live, w.sink_mass, "sink_mass");
+            }
+            for (int64_t j = 0; j < o.first_k; ++j) {
+              if (alpha_rows[j] > 0) near(alpha[j] / alpha_rows[j], w.alpha[j], "alpha");
+              if (live > 0) near(mass[j] / live, w.first_mass[j], "first_mass");
+            }
+            for (int64_t d = 0; d < 2; ++d) {
+              if (diag_rows[d] > 0) near(diag[d] / diag_rows[d], w.diagonal[d], "diagonal");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Striped rows' bad input: a rank outside [0, ranks), an explicit mask, wrong local buffers.
+TEST(AttentionStats, StripedRowsBadInputIsAnError) {
+  std::mt19937_64 rng(32);
+  Sequence s;
+  s.Init(10, 2, 1, 4);
+  s.Randomise(rng);
+  AttentionParams p;
+  p.mask.causal = true;
+  AttentionStatsAccumulator acc = MakeAcc(AttentionStatsOptions{}, s);
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, 2, 2, s.kview, 10).ok());
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, -1, 2, s.kview, 10).ok());
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, 0, 0, s.kview, 10).ok());
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, 0, 2, s.kview, 0).ok());
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, 0, 2, s.kview, 11).ok());  // keys
+  std::vector<float> key0(2 * 10);  // two heads x 5 local rows expected
+  EXPECT_FALSE(acc.AddStripedRows(p, s.q.data(), s.q_stride, 0, 2, s.kview, 10, {}, key0).ok());
+  std::vector<uint8_t> bytes(2 * 10 * 10, 1);
+  AttentionParams e = p;
+  ExplicitMask m;
+  m.data = bytes.data();
+  m.size = static_cast<int64_t>(bytes.size());
+  m.stride_row = 10, m.stride_head = 100;
+  e.mask.explicit_mask = m;
+  const Status st = acc.AddStripedRows(e, s.q.data(), s.q_stride, 0, 2, s.kview, 10);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("explicit"), std::string::npos) << st.ToString();
+  EXPECT_EQ(acc.rows(), 0);
+}
+
 // A key_bias model's per-row extra logit (row_extra_logits): with the same logit b_h on every row
 // of head h it is exactly a sink logit, and on top of softmax1 it is a sink logit of
 // log(1 + e^b) (both extra entries in one); in chunks like a KV cache. Causal masks, GQA.
