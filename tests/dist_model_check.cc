@@ -13,7 +13,10 @@
 // softmax1, a sink logit, an output gate, qk-norm and causal + mask_first_key, at lengths equal
 // to P and not divisible by P, batch 1 and 2. Errors end with the same message on every rank,
 // never a hang: fewer tokens than ranks, a wrong local length on one rank, a bad token on one
-// rank, a batch that differs between ranks, a window (ring attention refuses it), a cache.
+// rank, a batch that differs between ranks, a window (ring attention refuses it), a cache, an
+// observer that does not take striped rows. An observer that does (the attention statistics,
+// AttentionStatsAccumulator::AddStripedRows) sees every layer's keys gathered in position order
+// (within 2e-5 of one process's) and, merged over the ranks, one process's statistics (1e-4).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +27,7 @@
 
 #include "attnlab/model_config.h"
 #include "cache/kv_cache.h"
+#include "diagnostics/attention_stats.h"
 #include "dist/comm.h"
 #include "dist/ring_attention.h"
 #include "dist_check_util.h"
@@ -205,6 +209,126 @@ void RunCase(const Case& cs, int64_t B, int64_t N) {
   g->set_sequence_parallel(nullptr, 0);
 }
 
+// An observer of the attention statistics of every layer (as analyze keeps them): striped rows
+// through AddStripedRows, one process's through AddRows; each sequence of the batch on its own.
+class StatsObserver : public attnlab::ForwardObserver {
+ public:
+  explicit StatsObserver(const ModelConfig& c) : c_(c) {
+    attnlab::AttentionStatsOptions o;
+    o.first_k = 3;
+    o.jsd_rows = 8;
+    o.diagonals = {attnlab::AttentionDiagonal{1, 0, -1}};
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      auto a = attnlab::AttentionStatsAccumulator::Create(o, c.n_head, c.kv_heads(), c.head_dim());
+      if (a.ok()) stats_.push_back(std::move(a).value());
+    }
+    keys_.resize(c.n_layer);
+  }
+  bool TakesStripedRows() const override { return true; }
+  void OnLayer(const attnlab::LayerTensors& t) override {
+    const int64_t Q = c_.qkv_dim();
+    for (int64_t b = 0; b < t.batch; ++b) {
+      attnlab::AttentionTensor k = t.k_all;
+      k.data += b * k.stride_batch;
+      k.size -= b * k.stride_batch;
+      const float* q = t.qkv + b * t.len * Q;
+      const Status st =
+          t.stripe_ranks > 1
+              ? stats_[t.layer].AddStripedRows(*t.attention, q, Q, t.stripe_rank, t.stripe_ranks,
+                                               k, t.len_k)
+              : stats_[t.layer].AddRows(*t.attention, q, Q, t.len, k, t.len_k);
+      Expect(st.ok(), "observer: " + st.ToString());
+    }
+    // The keys as the observer sees them: [B, Hkv, len_k, hd] in position order.
+    std::vector<float>& out = keys_[t.layer];
+    out.clear();
+    for (int64_t b = 0; b < t.batch; ++b) {
+      for (int64_t h = 0; h < c_.kv_heads(); ++h) {
+        for (int64_t j = 0; j < t.len_k; ++j) {
+          const float* row = t.k_all.at(b, h, j);
+          out.insert(out.end(), row, row + c_.head_dim());
+        }
+      }
+    }
+  }
+  std::vector<attnlab::AttentionStatsAccumulator>& stats() { return stats_; }
+  const std::vector<std::vector<float>>& keys() const { return keys_; }
+
+ private:
+  ModelConfig c_;
+  std::vector<attnlab::AttentionStatsAccumulator> stats_;
+  std::vector<std::vector<float>> keys_;
+};
+
+bool Near(double got, double want, double rtol, double atol) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
+  return std::abs(got - want) <= rtol * std::abs(want) + atol;
+}
+
+// The observer on a sequence-parallel forward: every layer's gathered keys equal one process's
+// (within the forward's own tolerance), and its striped statistics merged over the ranks equal
+// one process's statistics (counts exactly; values within 1e-4: the layers' inputs carry the
+// ring's rounding). An observer that does not take striped rows is refused on every rank.
+void RunObserverCase(const Case& cs, int64_t B, int64_t N) {
+  dist::Comm& w = dist::World();
+  const int P = w.size(), r = w.rank();
+  const std::string what = cs.name + " observer B " + std::to_string(B) + " N " + std::to_string(N);
+  std::unique_ptr<Gpt> g = Model(cs.c, 11);
+  if (!g) return;
+  const std::vector<int32_t> x = Tokens(B * N, cs.c.vocab_size, static_cast<uint32_t>(N * 17 + B));
+  StatsObserver one(cs.c), mine(cs.c);
+  g->set_observer(&one);
+  Status st = g->Forward(x.data(), nullptr, B, N, nullptr);
+  Expect(st.ok(), what + ": reference " + st.ToString());
+  g->set_observer(&mine);
+  g->set_sequence_parallel(&w, N);
+  const std::vector<int32_t> lx = Stripe(x, B, N, r, P);
+  st = g->Forward(lx.data(), nullptr, B, dist::RingLocalLength(N, r, P), nullptr);
+  Expect(st.ok(), what + ": sequence parallel " + st.ToString());
+  g->set_sequence_parallel(nullptr, 0);
+  g->set_observer(nullptr);
+  if (!st.ok()) return;
+  for (int64_t l = 0; l < cs.c.n_layer; ++l) {
+    const std::string wl = what + " layer " + std::to_string(l);
+    const std::vector<float>&a = mine.keys()[l], &b = one.keys()[l];
+    double scale = 1e-30, worst = 0;
+    for (float v : b) scale = std::max(scale, std::abs(static_cast<double>(v)));
+    Expect(a.size() == b.size(), wl + ": gathered keys' size");
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
+    }
+    Expect(worst <= 2e-5, wl + ": gathered keys differ by " + std::to_string(worst));
+    st = mine.stats()[l].AllReduce(w, "observer statistics");
+    Expect(st.ok(), wl + ": AllReduce " + st.ToString());
+    const attnlab::AttentionLayerStats got = mine.stats()[l].Finish(), want = one.stats()[l].Finish();
+    Expect(got.rows == want.rows && got.alpha_rows == want.alpha_rows &&
+               got.jsd_sample_rows == want.jsd_sample_rows,
+           wl + ": counts");
+    for (size_t h = 0; h < want.heads.size(); ++h) {
+      const attnlab::AttentionHeadStats &gh = got.heads[h], &wh = want.heads[h];
+      const bool ok = gh.live_rows == wh.live_rows && gh.last_visible == wh.last_visible &&
+                      Near(gh.entropy, wh.entropy, 1e-4, 1e-7) &&
+                      Near(gh.sink_mass, wh.sink_mass, 1e-4, 1e-7) &&
+                      Near(gh.distance, wh.distance, 1e-4, 1e-6) &&
+                      Near(gh.alpha[0], wh.alpha[0], 1e-4, 1e-7) &&
+                      Near(gh.last_key0, wh.last_key0, 1e-4, 1e-7) &&
+                      Near(gh.diagonal[0], wh.diagonal[0], 1e-4, 1e-7);
+      Expect(ok, wl + " head " + std::to_string(h) + ": statistics (entropy " +
+                     std::to_string(gh.entropy) + " vs " + std::to_string(wh.entropy) + ", alpha_1 " +
+                     std::to_string(gh.alpha[0]) + " vs " + std::to_string(wh.alpha[0]) + ")");
+    }
+    for (size_t e = 0; e < want.jsd.size(); ++e) {
+      Expect(Near(got.jsd[e], want.jsd[e], 0.0, 1e-4), wl + ": jsd");
+    }
+  }
+}
+
+// A plain observer (one that does not take striped rows).
+class PlainObserver : public attnlab::ForwardObserver {
+ public:
+  void OnLayer(const attnlab::LayerTensors&) override {}
+};
+
 // Every rank must get an error; rank 0 prints it.
 void ExpectError(Gpt& g, int64_t global, int64_t B, int64_t T, std::vector<int32_t> x,
                  attnlab::KvCache* cache, const std::string& what) {
@@ -228,6 +352,7 @@ int main(int argc, char** argv) {
   const int P = w.size(), r = w.rank();
   int cases = 0;
   for (const Case& cs : Cases()) {
+    for (int64_t N : {static_cast<int64_t>(P), int64_t{33}}) RunObserverCase(cs, N == 33 ? 2 : 1, N);
     for (int64_t N : {static_cast<int64_t>(P), int64_t{7}, int64_t{33}}) {
       for (int64_t B : {int64_t{1}, int64_t{2}}) {
         RunCase(cs, B, N);
@@ -252,6 +377,10 @@ int main(int argc, char** argv) {
     wc.attention_window = 4;
     std::unique_ptr<Gpt> gw = Model(wc, 3);
     if (gw) ExpectError(*gw, N, 1, n, {}, nullptr, "a window");
+    PlainObserver plain;
+    g->set_observer(&plain);
+    ExpectError(*g, N, 1, n, {}, nullptr, "an observer that does not take striped rows");
+    g->set_observer(nullptr);
     // Still usable after the errors.
     RunCase({"after errors", Base()}, 1, 11);
   }

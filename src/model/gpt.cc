@@ -406,7 +406,10 @@ Status Gpt::CheckSequenceParallel(Status local, int64_t B, int64_t T,
   {  // The ring's own conditions first: they explain a local length error.
     Status ring = Status::Ok();
     if (cache) ring = refuse("takes no KV cache");
-    else if (hooks_ || observer_) ring = refuse("runs without hooks and observers");
+    else if (hooks_) ring = refuse("runs without hooks");
+    else if (observer_ && !observer_->TakesStripedRows()) {
+      ring = refuse("runs only with observers that take striped rows");
+    }
     else if (c.sink_token) ring = refuse("does not support a dedicated sink token");
     else if (c.key_bias) ring = refuse("does not support a key bias");
     else if (c.attention_type != AttentionType::kSoftmax) {
@@ -687,9 +690,39 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
   seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
   seen->k_all = k_all, seen->v_all = v_all;
+  if (ring_ && observer_) {  // the observer sees the whole sequence's keys and values
+    ATTNLAB_RETURN_IF_ERROR(GatherStripedKv(Const(views.k), Const(views.v), B, Tm, seen));
+  }
   seen->attn_out = a.att, seen->lse = a.lse;
   seen->key_bias_logits = lp.key_bias ? a.kb_logit : nullptr;
   seen->gate = c.output_gate ? a.gate : nullptr;
+  return Status::Ok();
+}
+
+// Every rank's keys and values of the sequence-parallel forward's layer, in position order, into
+// striped_kv_ and seen (each rank writes its striped rows into zeros and the all-reduce adds
+// them: x + 0 is exact, so every rank holds the same bits).
+Status Gpt::GatherStripedKv(const AttentionTensor& k, const AttentionTensor& v, int64_t B,
+                            int64_t Tm, LayerTensors* seen) {
+  const ModelConfig& c = config_;
+  const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), N = ring_len_;
+  const int64_t P = ring_->size(), r = ring_->rank(), one = B * Hkv * N * hd;
+  striped_kv_.assign(2 * one, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hkv; ++h) {
+      for (int64_t t = 0; t < Tm; ++t) {
+        const int64_t at = ((b * Hkv + h) * N + r + P * t) * hd;
+        std::copy_n(k.at(b, h, t), hd, striped_kv_.data() + at);
+        std::copy_n(v.at(b, h, t), hd, striped_kv_.data() + one + at);
+      }
+    }
+  }
+  ATTNLAB_RETURN_IF_ERROR(ring_->AllReduceSum(
+      std::span<float>(striped_kv_), "sequence-parallel forward: gathering keys for the observer"));
+  seen->k_all = ContiguousView<const float>(striped_kv_.data(), B, Hkv, N, hd);
+  seen->v_all = ContiguousView<const float>(striped_kv_.data() + one, B, Hkv, N, hd);
+  seen->len_k = N;
+  seen->stripe_rank = r, seen->stripe_ranks = P;
   return Status::Ok();
 }
 

@@ -53,11 +53,20 @@ struct LayerTensors {
                                           // H headwise, A elementwise); null without a gate
   const float* residual_out = nullptr;    // [N, C] the layer's output (after the MLP)
   const AttentionParams* attention = nullptr;  // the mask and softmax the layer used
+  // Sequence parallel (Gpt::set_sequence_parallel), for observers that take striped rows: with
+  // stripe_ranks > 1 the len rows per sequence are global positions stripe_rank + stripe_ranks
+  // i, and k_all / v_all hold every rank's keys and values of the whole sequence in position
+  // order (len_k = the global length), gathered for the observer; every other tensor is this
+  // rank's rows. 1: one process, the rows as above.
+  int64_t stripe_rank = 0, stripe_ranks = 1;
 };
 class ForwardObserver {
  public:
   virtual ~ForwardObserver() = default;
   virtual void OnLayer(const LayerTensors& t) = 0;
+  // Whether OnLayer handles a sequence-parallel forward's striped rows (LayerTensors::
+  // stripe_ranks); a sequence-parallel forward refuses an observer that does not.
+  virtual bool TakesStripedRows() const { return false; }
 };
 
 // Gradients of an auxiliary loss A on intermediate activations of the last Forward (e.g. the
@@ -136,8 +145,10 @@ class Gpt {
   // Backward (every rank calls it) passes dK/dV around the ring and leaves this rank's share of
   // every parameter gradient for the mean loss of its own targets: with grad_scale = this
   // rank's targets / all ranks' targets, the sum of grads() over the ranks (an all-reduce) is the
-  // gradient of the whole sequence's mean loss. Refused while on: a cache, hooks, observers, a
-  // dedicated sink token, a key bias, linear or sparse attention, and global_len > context.
+  // gradient of the whole sequence's mean loss. Refused while on: a cache, hooks, observers that
+  // do not take striped rows (ForwardObserver::TakesStripedRows; those that do see every rank's
+  // keys and values gathered in each layer), a dedicated sink token, a key bias, linear or
+  // sparse attention, and global_len > context.
   // Null comm: off.
   void set_sequence_parallel(dist::Comm* comm, int64_t global_len) {
     ring_ = comm;
@@ -236,6 +247,8 @@ class Gpt {
   void EmbedForward(float* pos_out = nullptr);
   Status EmbedForwardHooked();
   void AddPositions(float* x);  // position_every_layer: x [N, C] += wpe[position]
+  Status GatherStripedKv(const AttentionTensor& k, const AttentionTensor& v, int64_t B,
+                         int64_t Tm, LayerTensors* seen);
   Status AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                                LayerTensors* seen);
   Status AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* cache,
@@ -280,6 +293,7 @@ class Gpt {
   bool skip_head_ = false;
   dist::Comm* ring_ = nullptr;  // set_sequence_parallel
   int64_t ring_len_ = 0;
+  std::vector<float> striped_kv_;  // [2, B, Hkv, ring_len_, hd]: K and V gathered for observers
   // The sequence-parallel Forward's own checks, then every rank's verdict gathered: the same
   // error on every rank when any rank's input is bad (before any ring transfer).
   Status CheckSequenceParallel(Status local, int64_t B, int64_t T, const KvCache* cache) const;
