@@ -1,6 +1,6 @@
-// The failure count and checks shared by the programs that test dist/ under mpirun
-// (dist_comm_check.cc, dist_ring_check.cc): a failed check prints its rank and what failed, and
-// the program exits 1 when any did.
+// The start, failure count, checks and end shared by the programs that test dist/ under mpirun
+// (dist_*_check.cc): a failed check prints its rank and what failed, and the program exits 1
+// when any did.
 #ifndef ATTNLAB_TESTS_DIST_CHECK_UTIL_H_
 #define ATTNLAB_TESTS_DIST_CHECK_UTIL_H_
 
@@ -25,6 +25,14 @@ inline void Expect(bool ok, const std::string& what) {
 
 inline void ExpectOk(const Status& st, const std::string& what) {
   Expect(st.ok(), what + ": " + st.ToString());
+}
+
+// The start of a check program: MPI under a launcher (dist::InitWorld); false, with the reason
+// printed, when that fails (main then returns 1).
+inline bool Start(int* argc, char*** argv) {
+  const Status st = dist::InitWorld(argc, argv);
+  if (!st.ok()) std::fprintf(stderr, "InitWorld: %s\n", st.ToString().c_str());
+  return st.ok();
 }
 
 // The end of a check program: every rank's failures summed, rank 0 prints "<what>: <ok or

@@ -58,11 +58,7 @@ void CheckSum(dist::Comm& c, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Status st = dist::InitWorld(&argc, &argv);
-  if (!st.ok()) {
-    std::fprintf(stderr, "InitWorld: %s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!attnlab::dist_check::Start(&argc, &argv)) return 1;
   dist::Comm& c = dist::World();
   const int P = c.size(), me = c.rank();
   Expect(me >= 0 && me < P, "rank in [0, size)");

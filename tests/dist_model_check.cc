@@ -344,10 +344,7 @@ void ExpectError(Gpt& g, int64_t global, int64_t B, int64_t T, std::vector<int32
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (Status st = dist::InitWorld(&argc, &argv); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!attnlab::dist_check::Start(&argc, &argv)) return 1;
   dist::Comm& w = dist::World();
   const int P = w.size(), r = w.rank();
   int cases = 0;

@@ -163,10 +163,7 @@ void ExpectError(const dist::RingShape& rs, const AttentionParams& p, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (Status st = dist::InitWorld(&argc, &argv); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!attnlab::dist_check::Start(&argc, &argv)) return 1;
   dist::Comm& w = dist::World();
   const int64_t P = w.size();
   std::vector<Case> cases;

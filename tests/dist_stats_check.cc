@@ -133,10 +133,7 @@ void RunCase(const Case& c, uint32_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (Status st = dist::InitWorld(&argc, &argv); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!dist_check::Start(&argc, &argv)) return 1;
   dist::Comm& w = dist::World();
   const int64_t P = w.size();
   std::vector<Case> cases;
