@@ -32,20 +32,45 @@ float RowMax(const float* t, int64_t ld) {
 }
 
 // The row max and the first column holding it (t[0, ld), ld a multiple of 16, not all -inf).
+// Four independent chains (vectors j, j + 1, j + 2, j + 3 of each step), each lane keeping its
+// max and the first column holding it (strictly greater replaces: NaN never does); the answer is
+// the smallest column among the lanes that hold the overall max. One chain waited a compare and
+// a blend's latency per vector.
 float RowArgMax(const float* t, int64_t ld, int64_t* arg) {
-  VecF lane_max = simd::Set1(kNegInf);
-  simd::VecI at = {}, col = simd::IotaI();
-  const simd::VecI step = col * 0 + simd::kLanes;
-  for (int64_t j = 0; j < ld; j += simd::kLanes, col += step) {
-    const VecF x = simd::Load(t + j);
-    const simd::VecI gt = x > lane_max;  // strictly: each lane keeps its first max
-    lane_max = gt ? x : lane_max;
-    at = gt ? col : at;
+  constexpr int kChains = 4;
+  constexpr int L = simd::kLanes;
+  VecF m[kChains];
+  simd::VecI at[kChains], col[kChains];
+  const simd::VecI step = simd::IotaI() * 0 + kChains * L;
+  for (int c = 0; c < kChains; ++c) {
+    m[c] = simd::Set1(kNegInf);
+    at[c] = simd::IotaI() * 0;
+    col[c] = simd::IotaI() + c * L;
   }
-  const float best = simd::ReduceMax(lane_max);
+  int64_t j = 0;
+  for (; j + kChains * L <= ld; j += kChains * L) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) {
+      const VecF x = simd::Load(t + j + c * L);
+      const simd::VecI gt = x > m[c];
+      m[c] = gt ? x : m[c];
+      at[c] = gt ? col[c] : at[c];
+      col[c] += step;
+    }
+  }
+  for (simd::VecI tail = simd::IotaI() + static_cast<int32_t>(j); j < ld; j += L, tail += L) {
+    const VecF x = simd::Load(t + j);
+    const simd::VecI gt = x > m[0];
+    m[0] = gt ? x : m[0];
+    at[0] = gt ? tail : at[0];
+  }
+  float best = kNegInf;
+  for (int c = 0; c < kChains; ++c) best = std::max(best, simd::ReduceMax(m[c]));
   int64_t first = ld;
-  for (int l = 0; l < simd::kLanes; ++l) {
-    if (lane_max[l] == best) first = std::min<int64_t>(first, at[l]);
+  for (int c = 0; c < kChains; ++c) {
+    for (int l = 0; l < L; ++l) {
+      if (m[c][l] == best) first = std::min<int64_t>(first, at[c][l]);
+    }
   }
   *arg = first;
   return best;

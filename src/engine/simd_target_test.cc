@@ -200,6 +200,34 @@ TEST(SimdTarget, EveryTargetComputesTheSameRowStatistics) {
   }
 }
 
+// row_arg_max: the first column holding the max wherever the ties fall (in one vector, in other
+// vectors of the four chains, in the tail past the last whole step), with -inf and NaN keys
+// around; every target, awkward lengths.
+TEST(SimdTarget, EveryTargetsRowArgMaxKeepsTheFirstOfTies) {
+  ScopedTarget restore;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t ld : {16, 48, 64, 80, 1040}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> t(ld);
+      for (float& x : t) x = nd(rng);
+      t[rng() % ld] = -INFINITY;
+      t[rng() % ld] = NAN;
+      int64_t a = rng() % ld, b = rng() % ld;
+      if (std::isnan(t[a]) || std::isnan(t[b])) continue;
+      t[a] = t[b] = 7.5f;
+      const int64_t want = std::min(a, b);
+      for (SimdTarget target : AvailableSimdTargets()) {
+        ASSERT_TRUE(SetSimdTarget(target).ok());
+        int64_t arg = -1;
+        const float m = internal::ActiveKernels().row_stats.row_arg_max(t.data(), ld, &arg);
+        ASSERT_EQ(m, 7.5f) << SimdTargetName(target) << " ld " << ld;
+        ASSERT_EQ(arg, want) << SimdTargetName(target) << " ld " << ld << " ties " << a << ", " << b;
+      }
+    }
+  }
+}
+
 // softmax_row_sums at the edges of its exp2: keys 126-127 below the max (2^u for u >= -126, 0
 // below, as simd::Exp2), far below, -inf (0) across two flushes, against double; one NaN score
 // makes every sum NaN, on every target.
