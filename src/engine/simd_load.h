@@ -10,6 +10,7 @@
 #ifndef ATTNLAB_ENGINE_SIMD_LOAD_H_
 #define ATTNLAB_ENGINE_SIMD_LOAD_H_
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -35,6 +36,7 @@ typedef uint16_t VecU16 __attribute__((vector_size(ATTNLAB_TARGET_BYTES / 2)));
 
 struct LoadF32 {
   using T = float;
+  static constexpr bool kPairs = false;
   static VecF Vec(const float* p) { return simd::Load(p); }
   static float One(const float* p) { return *p; }
 };
@@ -59,9 +61,24 @@ struct LoadBF16 {
 #endif
   }
   static float One(const uint16_t* p) { return Bf16ToFloat(*p); }
+  // 2 kL consecutive values in a permuted order, one integer operation per kL values: read as
+  // kL 32-bit lanes, each lane's top half is the odd element (a float once the bottom half is
+  // cleared) and its bottom half the even one (shifted up). even[i] = p[2i], odd[i] = p[2i + 1].
+  // A dot product or an accumulation whose other operand is kept in the same (even | odd) order
+  // needs no shuffle: Vec's widening (vpmovzxwd) and shift become a mask or a shift per vector.
+  static constexpr bool kPairs = true;
+  static void Pair(const uint16_t* p, VecF* even, VecF* odd) {
+    static_assert(std::endian::native == std::endian::little, "Pair reads lanes little-endian");
+    simd::VecI x;
+    std::memcpy(&x, p, sizeof x);
+    const simd::VecI e = x << 16, o = x & static_cast<int32_t>(0xffff0000u);
+    std::memcpy(even, &e, sizeof e);
+    std::memcpy(odd, &o, sizeof o);
+  }
 };
 struct LoadF16 {
   using T = uint16_t;
+  static constexpr bool kPairs = false;
   static VecF Vec(const uint16_t* p) {
 #if ATTNLAB_TARGET_IS_AVX512
     return reinterpret_cast<VecF>(
