@@ -18,6 +18,7 @@
 #include "bench_json.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "core/aligned_buffer.h"
 #include "core/process_memory.h"
 #include "report/format_number.h"
 
@@ -148,7 +149,7 @@ DecodeResult DecodeRows(const DecodeBenchConfig& c) {
     double f32_warm_ms = 0;
     for (const KvDtype dtype : c.dtypes) {
       const int64_t eb = KvDtypeBytes(dtype);
-      std::vector<uint8_t> kb(kn * eb), vb(kn * eb);
+      AlignedBuffer<uint8_t> kb(kn * eb), vb(kn * eb);  // as the caches hold them (64-byte rows)
       ConvertToKvDtype(k.data(), kn, dtype, kb.data());
       ConvertToKvDtype(v.data(), kn, dtype, vb.data());
       const KvView kv{kb.data(), dtype, kn, len * s.head_dim, s.head_dim};
