@@ -16,7 +16,9 @@
 // rank, a batch that differs between ranks, a window (ring attention refuses it), a cache, an
 // observer that does not take striped rows. An observer that does (the attention statistics,
 // AttentionStatsAccumulator::AddStripedRows) sees every layer's keys gathered in position order
-// (within 2e-5 of one process's) and, merged over the ranks, one process's statistics (1e-4).
+// (within 2e-5 of one process's) and, merged over the ranks, one process's statistics (1e-4);
+// a lean forward (no targets, set_partial_forward's skip_head: one layer's activations at a
+// time, no LM head) shows it the same tensors bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -239,6 +241,7 @@ class StatsObserver : public attnlab::ForwardObserver {
               : stats_[t.layer].AddRows(*t.attention, q, Q, t.len, k, t.len_k);
       Expect(st.ok(), "observer: " + st.ToString());
     }
+    ++layers_seen_;
     // The keys as the observer sees them: [B, Hkv, len_k, hd] in position order.
     std::vector<float>& out = keys_[t.layer];
     out.clear();
@@ -253,11 +256,13 @@ class StatsObserver : public attnlab::ForwardObserver {
   }
   std::vector<attnlab::AttentionStatsAccumulator>& stats() { return stats_; }
   const std::vector<std::vector<float>>& keys() const { return keys_; }
+  int64_t layers_seen() const { return layers_seen_; }
 
  private:
   ModelConfig c_;
   std::vector<attnlab::AttentionStatsAccumulator> stats_;
   std::vector<std::vector<float>> keys_;
+  int64_t layers_seen_ = 0;
 };
 
 bool Near(double got, double want, double rtol, double atol) {
@@ -285,9 +290,39 @@ void RunObserverCase(const Case& cs, int64_t B, int64_t N) {
   const std::vector<int32_t> lx = Stripe(x, B, N, r, P);
   st = g->Forward(lx.data(), nullptr, B, dist::RingLocalLength(N, r, P), nullptr);
   Expect(st.ok(), what + ": sequence parallel " + st.ToString());
+  // The lean forward (no targets, skip_head): one layer's activations at a time, no head; the
+  // observer sees the same tensors bit for bit. With layers = 1 it sees layer 0 only.
+  StatsObserver lean(cs.c), first(cs.c);
+  g->set_partial_forward(0, /*skip_head=*/true);
+  g->set_observer(&lean);
+  Status sl = g->Forward(lx.data(), nullptr, B, dist::RingLocalLength(N, r, P), nullptr);
+  Expect(sl.ok(), what + ": lean " + sl.ToString());
+  Expect(g->residual(0) == nullptr && g->qkv(0) == nullptr && g->attention_output(0) == nullptr,
+         what + ": a lean forward keeps no layer's activations to hand out");
+  Expect(!g->Backward().ok(), what + ": Backward after a lean forward was accepted");
+  g->set_partial_forward(1, /*skip_head=*/true);
+  g->set_observer(&first);
+  sl = g->Forward(lx.data(), nullptr, B, dist::RingLocalLength(N, r, P), nullptr);
+  Expect(sl.ok() && first.layers_seen() == 1, what + ": lean forward of layer 0 only");
+  g->set_partial_forward(0, false);
   g->set_sequence_parallel(nullptr, 0);
   g->set_observer(nullptr);
   if (!st.ok()) return;
+  Expect(lean.layers_seen() == cs.c.n_layer, what + ": lean forward's layers");
+  for (int64_t l = 0; l < cs.c.n_layer && sl.ok(); ++l) {
+    Expect(lean.keys()[l] == mine.keys()[l], what + ": lean forward's keys, layer " + std::to_string(l));
+    const attnlab::AttentionLayerStats a = lean.stats()[l].Finish(), b = mine.stats()[l].Finish();
+    for (size_t h = 0; h < b.heads.size(); ++h) {
+      bool same = Near(a.heads[h].entropy, b.heads[h].entropy, 0, 0) &&
+                  Near(a.heads[h].distance, b.heads[h].distance, 0, 0) &&
+                  a.heads[h].alpha.size() == b.heads[h].alpha.size();
+      for (size_t j = 0; same && j < b.heads[h].alpha.size(); ++j) {
+        same = Near(a.heads[h].alpha[j], b.heads[h].alpha[j], 0, 0);
+      }
+      Expect(same, what + ": lean forward's statistics, layer " + std::to_string(l) + " head " +
+                       std::to_string(h));
+    }
+  }
   for (int64_t l = 0; l < cs.c.n_layer; ++l) {
     const std::string wl = what + " layer " + std::to_string(l);
     const std::vector<float>&a = mine.keys()[l], &b = one.keys()[l];

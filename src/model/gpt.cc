@@ -295,7 +295,7 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   Activations& a = acts_;
   // Layer l's slice of a buffer with `per_layer` floats per layer; null where it is not kept.
   // A cached forward keeps one layer's activations (slot 0) and two residual slots (EnsureActivations).
-  const int64_t s = cached_ ? 0 : l;
+  const int64_t s = one_layer_ ? 0 : l;
   auto slice = [s](AlignedBuffer<float>& b, int64_t per_layer) {
     return b.size() == 0 ? nullptr : b.data() + s * per_layer;
   };
@@ -343,9 +343,9 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   const int64_t Q = c.qkv_dim(), A = c.attn_dim(), F1 = c.fc_dim();
   const int64_t Hqk = H + c.kv_heads(), QK = Hqk * c.head_dim();
   B_ = B, Tm_ = Tm, N_ = N;
-  // Backward needs every layer's activations; a cached forward (inference: Backward is refused
-  // after it) reuses one layer's buffers layer after layer, and two residual slots.
-  const int64_t layers = cached_ ? 1 : c.n_layer;
+  // Backward needs every layer's activations; a cached or lean forward (inference: Backward is
+  // refused after it) reuses one layer's buffers layer after layer, and two residual slots.
+  const int64_t layers = one_layer_ ? 1 : c.n_layer;
   if (N <= capacity_ && layers <= capacity_layers_) return;
   capacity_ = N;
   capacity_layers_ = layers;
@@ -933,7 +933,9 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   const ModelConfig& c = config_;
   const int64_t off = c.sink_token && (!cache || cache->size() == 0) ? 1 : 0;
   const auto t_start = std::chrono::steady_clock::now();
-  cached_ = cache != nullptr;
+  // A lean sequence-parallel forward (set_partial_forward): diagnostics over one long sequence.
+  const bool lean = ring_ && !cache && !targets && skip_head_;
+  one_layer_ = cache != nullptr || lean;
   const int64_t first = cache ? start_layer_ : 0;
   const int64_t rows_before = cache ? cache->size() : 0;
   if (first < 0 || first >= c.n_layer) {
@@ -964,7 +966,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     EmbedForward();
   }
   const int64_t layers =
-      cache && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
+      (cache || lean) && partial_layers_ > 0 ? std::min(partial_layers_, c.n_layer) : c.n_layer;
   for (int64_t l = first; l < layers; ++l) {
     if (c.position_every_layer && l > 0) AddPositions(Layer(l).x);
     const AttentionParams ap = MakeAttentionParams(l);
@@ -982,7 +984,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
       if (profile_) profile_->observer += SecondsSince(t0);
     }
   }
-  if (cache && (skip_head_ || layers < c.n_layer)) {
+  if ((cache || lean) && (skip_head_ || layers < c.n_layer)) {
     if (loss) *loss = 0.0;  // set_partial_forward: no logits
   } else {
     ATTNLAB_RETURN_IF_ERROR(HeadForward(targets, loss));

@@ -119,7 +119,10 @@ class Gpt {
   // For observers that need only early layers and no logits (diagnostics): cached Forwards run
   // layers [0, layers) (0: all) and, with skip_head, not the LM head (logits() then holds nothing
   // of this Forward). The cache's later layers stay empty, so use one cache per setting. Ignored
-  // by Forwards without a cache.
+  // by other Forwards, except a sequence-parallel one without targets when skip_head is set: it
+  // runs layers [0, layers) and no head, and keeps one layer's activations at a time, as a cached
+  // Forward does (its observer sees every layer; residual() etc. are null after it), so one long
+  // sequence costs each rank O(N/P) activation memory, not O(L N/P).
   void set_partial_forward(int64_t layers, bool skip_head) {
     partial_layers_ = layers;
     skip_head_ = skip_head;
@@ -187,13 +190,14 @@ class Gpt {
   int64_t last_len() const { return Tm_; }  // positions per sequence (T + sink)
   // Residual stream entering layer l ([N, C]); l == n_layer is the final stream (before ln_f).
   // After a Forward without a cache only: a cached (inference) Forward keeps one layer's
-  // activations at a time, so both return null then (a ForwardObserver sees every layer).
+  // activations at a time, so both return null then (a ForwardObserver sees every layer); so
+  // does a lean sequence-parallel Forward (set_partial_forward).
   const float* residual(int64_t l) const {
-    return cached_ ? nullptr : acts_.res.data() + l * N_ * config_.d_model;
+    return one_layer_ ? nullptr : acts_.res.data() + l * N_ * config_.d_model;
   }
   // q | k | v of layer l ([N, Q], q and k after RoPE), as the attention read them.
   const float* qkv(int64_t l) const {
-    return cached_ ? nullptr : acts_.qkv.data() + l * N_ * config_.qkv_dim();
+    return one_layer_ ? nullptr : acts_.qkv.data() + l * N_ * config_.qkv_dim();
   }
   // After Backward: dL/d residual(0) ([N, C]), the gradient at the stream entering layer 0
   // (the embeddings, blocks.0.hook_resid_pre: a hook's additive change there has this
@@ -201,7 +205,7 @@ class Gpt {
   const float* input_gradient() const { return input_grad_ready_ ? d_.residual.data() : nullptr; }
   // Per-head attention outputs of layer l ([N, H, hd] = [N, A], before the output gate).
   const float* attention_output(int64_t l) const {
-    return cached_ ? nullptr : acts_.att.data() + l * N_ * config_.attn_dim();
+    return one_layer_ ? nullptr : acts_.att.data() + l * N_ * config_.attn_dim();
   }
 
  private:
@@ -303,9 +307,11 @@ class Gpt {
   int64_t capacity_layers_ = 0;  // layers the buffers hold: n_layer, or 1 (cached forwards)
   bool has_targets_ = false;
   bool input_grad_ready_ = false;  // d_.residual holds dL/d residual(0) (input_gradient)
-  bool cached_ = false;  // the last Forward used a cache: activations of one layer at a time
-  // Slot of the residual stream entering layer l in acts_.res: l, or l % 2 when cached_.
-  int64_t ResidualSlot(int64_t l) const { return cached_ ? l % 2 : l; }
+  // The last Forward kept the activations of one layer at a time (a cached Forward, or a lean
+  // sequence-parallel one: set_partial_forward); Backward is refused after it.
+  bool one_layer_ = false;
+  // Slot of the residual stream entering layer l in acts_.res: l, or l % 2 when one_layer_.
+  int64_t ResidualSlot(int64_t l) const { return one_layer_ ? l % 2 : l; }
   std::vector<int32_t> tokens_, targets_;  // [N] per row (sink row: token -1, target -1)
   std::vector<int64_t> positions_;         // [Tm]
   // [L, ...] below: L = 1 after a cached forward (one layer's buffers, reused).
