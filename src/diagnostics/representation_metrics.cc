@@ -18,6 +18,7 @@
 #include <string>
 
 #include "attnlab/thread_pool.h"
+#include "dist/comm.h"
 #include "engine/kernel_table.h"
 
 namespace attnlab {
@@ -31,16 +32,46 @@ double SafeRatio(double x, double y) {
   return x > 0 ? kInf : 0.0;
 }
 
+// Where a computation's rows are: x holds all T rows (comm null), or rows first, first + step, ...
+// of a matrix of T rows whose other rows other ranks hold; then every sum and maximum below is
+// completed over the ranks (added in rank order: one process's result up to the order of the
+// additions). The first failed collective is kept in `status`; later ones are skipped (every
+// rank fails the same collective: dist::Comm's contract), and the caller returns it.
+struct Spread {
+  dist::Comm* comm = nullptr;
+  int64_t first = 0, step = 1;
+  int64_t total_rows = 0;  // T
+  Status status;
+  static Spread Local(int64_t rows) {
+    Spread s;
+    s.total_rows = rows;
+    return s;
+  }
+  int64_t Global(int64_t t) const { return first + t * step; }
+  template <typename V>
+  void Sum(std::span<V> v, const char* what) {
+    if (comm && status.ok()) status = comm->AllReduceSum(v, std::string("representation metrics: ") + what);
+  }
+  void Max(std::span<double> v, const char* what) {
+    if (comm && status.ok()) status = comm->AllReduceMax(v, std::string("representation metrics: ") + what);
+  }
+};
+
 // Column means in double: [C]. Identical rows give their common value exactly (the partial sums
 // k * v of a float v are exact in double for k < 2^29).
-std::vector<double> ColumnMean(const TokenMatrix& x) {
+std::vector<double> ColumnMean(const TokenMatrix& x, Spread& sp) {
   std::vector<double> mean(x.cols, 0.0);
   for (int64_t t = 0; t < x.rows; ++t) {
     const float* r = x.row(t);
     for (int64_t c = 0; c < x.cols; ++c) mean[c] += r[c];
   }
-  for (double& m : mean) m /= static_cast<double>(x.rows);
+  sp.Sum(std::span<double>(mean), "column sums");
+  for (double& m : mean) m /= static_cast<double>(sp.total_rows);
   return mean;
+}
+std::vector<double> ColumnMean(const TokenMatrix& x) {
+  Spread one = Spread::Local(x.rows);
+  return ColumnMean(x, one);
 }
 
 double RowNorm(const float* r, int64_t n) {
@@ -187,8 +218,8 @@ double BlockFrobeniusSq(const Eigen::MatrixXd& g, int64_t r0, int64_t nr, int64_
 
 // ---- Unchecked implementations (inputs validated by the caller) -------------------------------
 
-RankCollapseResidual ResidualImpl(const TokenMatrix& x) {
-  const std::vector<double> mean = ColumnMean(x);
+RankCollapseResidual ResidualImpl(const TokenMatrix& x, Spread& sp) {
+  const std::vector<double> mean = ColumnMean(x, sp);
   std::vector<double> col_abs(x.cols, 0.0), col_abs_res(x.cols, 0.0);
   double row_max = 0, row_max_res = 0;
   for (int64_t t = 0; t < x.rows; ++t) {
@@ -202,6 +233,11 @@ RankCollapseResidual ResidualImpl(const TokenMatrix& x) {
     }
     row_max = std::max(row_max, row), row_max_res = std::max(row_max_res, row_res);
   }
+  sp.Sum(std::span<double>(col_abs), "column abs sums");
+  sp.Sum(std::span<double>(col_abs_res), "centred column abs sums");
+  double row_maxes[2] = {row_max, row_max_res};
+  sp.Max(std::span<double>(row_maxes), "row abs sums");
+  row_max = row_maxes[0], row_max_res = row_maxes[1];
   const double col_max = *std::max_element(col_abs.begin(), col_abs.end());
   const double col_max_res = *std::max_element(col_abs_res.begin(), col_abs_res.end());
   RankCollapseResidual r;
@@ -211,7 +247,7 @@ RankCollapseResidual ResidualImpl(const TokenMatrix& x) {
   return r;
 }
 
-PairwiseCosine CosineImpl(const TokenMatrix& x) {
+PairwiseCosine CosineImpl(const TokenMatrix& x, Spread& sp) {
   // Unit rows u_i = x_i / |x_i| of the K non-zero rows (norm[t] = 0 marks a zero row: a sum of
   // float squares in double is 0 only if every element is 0). u is always formed by a division,
   // which GCC cannot fuse into an FMA (it does fuse products under -ffp-contract=fast), so every
@@ -222,6 +258,7 @@ PairwiseCosine CosineImpl(const TokenMatrix& x) {
     norm[t] = RowNorm(x.row(t), x.cols);
     K += norm[t] > 0;
   }
+  sp.Sum(std::span<int64_t>(&K, 1), "non-zero rows");
   PairwiseCosine p;
   p.nonzero_rows = K;
   if (K < 2) return p;  // mean_cosine 1, mad 0
@@ -233,12 +270,14 @@ PairwiseCosine CosineImpl(const TokenMatrix& x) {
     const float* r = x.row(t);
     for (int64_t c = 0; c < x.cols; ++c) ubar[c] += r[c] / norm[t];
   }
+  sp.Sum(std::span<double>(ubar), "unit row sums");
   for (double& u : ubar) u /= static_cast<double>(K);
   for (int64_t t = 0; t < x.rows; ++t) {
     if (norm[t] == 0) continue;
     const float* r = x.row(t);
     for (int64_t c = 0; c < x.cols; ++c) fix[c] += r[c] / norm[t] - ubar[c];
   }
+  sp.Sum(std::span<double>(fix), "unit row mean refinement");
   for (int64_t c = 0; c < x.cols; ++c) ubar[c] += fix[c] / static_cast<double>(K);
   // V = sum_i |u_i - ubar|^2; with |u_i| = 1, sum_{i != j} u_i . u_j = |sum_i u_i|^2 - K
   // = K (K - 1) - K V: the mean cosine without the cancellation of |sum u_i|^2 - K.
@@ -251,14 +290,15 @@ PairwiseCosine CosineImpl(const TokenMatrix& x) {
       V += d * d;
     }
   }
+  sp.Sum(std::span<double>(&V, 1), "unit row spread");
   V = std::clamp(V, 0.0, static_cast<double>(K));  // |sum u_i|^2 = K^2 - K V >= 0
   p.mad = V / static_cast<double>(K - 1);
   p.mean_cosine = 1.0 - p.mad;
   return p;
 }
 
-DirichletEnergy DirichletImpl(const TokenMatrix& x) {
-  const std::vector<double> mean = ColumnMean(x);
+DirichletEnergy DirichletImpl(const TokenMatrix& x, Spread& sp) {
+  const std::vector<double> mean = ColumnMean(x, sp);
   double centred = 0, total = 0;
   for (int64_t t = 0; t < x.rows; ++t) {
     const float* r = x.row(t);
@@ -267,24 +307,40 @@ DirichletEnergy DirichletImpl(const TokenMatrix& x) {
       centred += d * d, total += v * v;
     }
   }
+  double sums[2] = {centred, total};
+  sp.Sum(std::span<double>(sums), "squared norms");
+  centred = sums[0], total = sums[1];
   DirichletEnergy e;
-  const double T = static_cast<double>(x.rows);
+  const double T = static_cast<double>(sp.total_rows);
   e.energy = centred / T;
   e.mean_sq_norm = total / T;
   e.relative = total > 0 ? std::min(1.0, centred / total) : 0.0;
   return e;
 }
 
-EffectiveRank EffectiveRankImpl(const TokenMatrix& x, bool centred, ThreadPool* pool) {
+// Across ranks (sp.comm) only with T >= C: the [C, C] Grams of the ranks' rows add up.
+EffectiveRank EffectiveRankImpl(const TokenMatrix& x, bool centred, ThreadPool* pool, Spread& sp) {
   std::vector<double> mean;
-  if (centred) mean = ColumnMean(x);
+  if (centred) mean = ColumnMean(x, sp);
   const std::vector<double>* m = centred ? &mean : nullptr;
   Eigen::MatrixXd g;
-  if (x.cols <= x.rows) {
+  if (x.cols <= sp.total_rows) {
     Segments s;
     s.parts = {x};
     s.means = {m};
     g = FeatureGram(s, pool);
+    if (sp.comm) {  // the lower triangle, summed over the ranks
+      const int64_t n = x.cols;
+      std::vector<double> lower;
+      lower.reserve(n * (n + 1) / 2);
+      for (int64_t a = 0; a < n; ++a) {
+        for (int64_t b = 0; b <= a; ++b) lower.push_back(g(a, b));
+      }
+      sp.Sum(std::span<double>(lower), "feature Gram");
+      for (int64_t a = 0, i = 0; a < n; ++a) {
+        for (int64_t b = 0; b <= a; ++b) g(a, b) = lower[i++];
+      }
+    }
   } else {
     g = TokenGram(x, m, pool);
   }
@@ -295,7 +351,7 @@ EffectiveRank EffectiveRankImpl(const TokenMatrix& x, bool centred, ThreadPool* 
   const double lmax = lambda.size() ? lambda(lambda.size() - 1) : 0.0;
   if (!(lmax > 0)) return r;  // X (or Xc) = 0: erank 0
   // Accumulation of T-term sums and the eigensolver each err by ~ (length) eps lambda_max.
-  const double floor = static_cast<double>(x.rows + x.cols) *
+  const double floor = static_cast<double>(sp.total_rows + x.cols) *
                        std::numeric_limits<double>::epsilon() * lmax;
   std::vector<double> sigma;
   for (int64_t i = lambda.size() - 1; i >= 0; --i) {
@@ -319,7 +375,7 @@ EffectiveRank EffectiveRankImpl(const TokenMatrix& x, bool centred, ThreadPool* 
 uint32_t AbsBits(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
 
 // The k-th smallest (0-based) |x_tc|, exactly: radix selection, 8 bits per pass, 4 passes.
-uint32_t SelectAbsBits(const TokenMatrix& x, int64_t k) {
+uint32_t SelectAbsBits(const TokenMatrix& x, int64_t k, Spread& sp) {
   uint32_t prefix = 0, mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     int64_t hist[256] = {};
@@ -330,6 +386,8 @@ uint32_t SelectAbsBits(const TokenMatrix& x, int64_t k) {
         if ((b & mask) == prefix) ++hist[(b >> shift) & 0xffu];
       }
     }
+    sp.Sum(std::span<int64_t>(hist, 256), "|x| histogram");
+    if (!sp.status.ok()) return 0;
     uint32_t bucket = 0;
     while (k >= hist[bucket]) k -= hist[bucket++];
     prefix |= bucket << shift;
@@ -338,11 +396,67 @@ uint32_t SelectAbsBits(const TokenMatrix& x, int64_t k) {
   return prefix;
 }
 
-MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOptions& opt) {
-  const int64_t n = x.rows * x.cols;
+// The ranks' parts of MassiveImpl's single pass, completed over the ranks: the largest |x| and
+// its first position in row-major order of the whole matrix (global token numbers), the top-k
+// among every rank's top-k (their union holds the global top-k), and for the median's upper
+// neighbour the count of |x| <= lo and the smallest |x| above it.
+template <typename Worse>
+void MergeMassive(const TokenMatrix& x, int64_t top_k, const Worse& worse, Spread& sp,
+                  MassiveActivations* m, std::vector<Activation>* heap, int64_t* count_le,
+                  uint32_t* next_bits) {
+  const double kNone = -std::numeric_limits<double>::infinity();
+  double best = x.rows > 0 ? m->max_abs : kNone;
+  sp.Max(std::span<double>(&best, 1), "largest |x|");
+  // -(t C + c) of this rank's first entry at the maximum: the largest is the earliest.
+  double pos = x.rows > 0 && m->max_abs == best
+                   ? -static_cast<double>(m->max.token * x.cols + m->max.channel)
+                   : kNone;
+  sp.Max(std::span<double>(&pos, 1), "position of the largest |x|");
+  double value = x.rows > 0 && m->max_abs == best &&
+                         -static_cast<double>(m->max.token * x.cols + m->max.channel) == pos
+                     ? m->max.value
+                     : 0.0;
+  sp.Sum(std::span<double>(&value, 1), "the largest entry");
+  m->max_abs = best;
+  const int64_t p = static_cast<int64_t>(-pos);
+  m->max = {x.cols > 0 ? p / x.cols : 0, x.cols > 0 ? p % x.cols : 0, static_cast<float>(value)};
+  sp.Sum(std::span<int64_t>(count_le, 1), "entries at most the median");
+  double next = -static_cast<double>(*next_bits);
+  sp.Max(std::span<double>(&next, 1), "the median's upper neighbour");
+  *next_bits = static_cast<uint32_t>(-next);
+  if (top_k == 0 || !sp.status.ok()) return;
+  // Every rank's candidates (token, channel as int64; value as float), gathered and re-ranked.
+  std::string mine(heap->size() * 20, '\0');
+  for (size_t i = 0; i < heap->size(); ++i) {
+    const Activation& a = (*heap)[i];
+    std::memcpy(&mine[i * 20], &a.token, 8);
+    std::memcpy(&mine[i * 20 + 8], &a.channel, 8);
+    std::memcpy(&mine[i * 20 + 16], &a.value, 4);
+  }
+  std::vector<std::string> all;
+  if (sp.status.ok()) sp.status = sp.comm->AllGather(mine, &all, "representation metrics: top entries");
+  if (!sp.status.ok()) return;
+  heap->clear();
+  for (const std::string& part : all) {
+    for (size_t i = 0; i + 20 <= part.size(); i += 20) {
+      Activation a;
+      std::memcpy(&a.token, &part[i], 8);
+      std::memcpy(&a.channel, &part[i + 8], 8);
+      std::memcpy(&a.value, &part[i + 16], 4);
+      heap->push_back(a);
+    }
+  }
+  std::sort(heap->begin(), heap->end(),
+            [&](const Activation& a, const Activation& b) { return worse(b, a); });
+  if (static_cast<int64_t>(heap->size()) > top_k) heap->resize(top_k);
+}
+
+MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOptions& opt,
+                               Spread& sp) {
+  const int64_t n = sp.total_rows * x.cols;
   // Median of |x|: the (n-1)/2-th value, averaged with the next one when n is even.
   const int64_t k = (n - 1) / 2;
-  const uint32_t lo_bits = SelectAbsBits(x, k);
+  const uint32_t lo_bits = SelectAbsBits(x, k, sp);
   double median = std::bit_cast<float>(lo_bits);
   // Top-k as a min-heap on (|value| ascending, then later row-major position first), so the
   // heap's front is the entry to evict: smaller |x|, or equal |x| but later in row-major order.
@@ -370,10 +484,10 @@ MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOpti
       const double a = std::fabs(static_cast<double>(r[c]));
       if (a > m.max_abs || (t == 0 && c == 0)) {
         m.max_abs = a;
-        m.max = {t, c, r[c]};
+        m.max = {sp.Global(t), c, r[c]};
       }
       if (top_k > 0) {
-        const Activation cand{t, c, r[c]};
+        const Activation cand{sp.Global(t), c, r[c]};
         if (static_cast<int64_t>(heap.size()) < top_k) {
           heap.push_back(cand);
           std::push_heap(heap.begin(), heap.end(), heap_cmp);
@@ -385,6 +499,7 @@ MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOpti
       }
     }
   }
+  if (sp.comm) MergeMassive(x, top_k, worse, sp, &m, &heap, &count_le, &next_bits);
   if (n % 2 == 0) {
     // The (n/2)-th value: lo again if it repeats, else the smallest value above it.
     const double hi = count_le >= k + 2 ? median : std::bit_cast<float>(next_bits);
@@ -402,6 +517,7 @@ MassiveActivations MassiveImpl(const TokenMatrix& x, const MassiveActivationOpti
     const float* r = x.row(t);
     for (int64_t c = 0; c < x.cols; ++c) m.massive_count += std::fabs(r[c]) > threshold;
   }
+  sp.Sum(std::span<int64_t>(&m.massive_count, 1), "massive entries");
   return m;
 }
 
@@ -454,22 +570,26 @@ Status ValidateTokenMatrix(const TokenMatrix& x, const char* name) {
 
 Result<RankCollapseResidual> ComputeRankCollapseResidual(const TokenMatrix& x) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
-  return ResidualImpl(x);
+  Spread one = Spread::Local(x.rows);
+  return ResidualImpl(x, one);
 }
 
 Result<PairwiseCosine> ComputePairwiseCosine(const TokenMatrix& x) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
-  return CosineImpl(x);
+  Spread one = Spread::Local(x.rows);
+  return CosineImpl(x, one);
 }
 
 Result<DirichletEnergy> ComputeDirichletEnergy(const TokenMatrix& x) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
-  return DirichletImpl(x);
+  Spread one = Spread::Local(x.rows);
+  return DirichletImpl(x, one);
 }
 
 Result<EffectiveRank> ComputeEffectiveRank(const TokenMatrix& x, bool centred, ThreadPool* pool) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(x));
-  return EffectiveRankImpl(x, centred, pool);
+  Spread one = Spread::Local(x.rows);
+  return EffectiveRankImpl(x, centred, pool, one);
 }
 
 Result<MassiveActivations> ComputeMassiveActivations(const TokenMatrix& x,
@@ -479,7 +599,8 @@ Result<MassiveActivations> ComputeMassiveActivations(const TokenMatrix& x,
     return Status::InvalidArgument("massive activations: top_k is " + std::to_string(opt.top_k) +
                                    "; need >= 0");
   }
-  return MassiveImpl(x, opt);
+  Spread one = Spread::Local(x.rows);
+  return MassiveImpl(x, opt, one);
 }
 
 Result<double> ComputeLinearCka(const TokenMatrix& x, const TokenMatrix& y, ThreadPool* pool) {
@@ -689,6 +810,25 @@ Result<SinkKeyGeometry> SinkKeyGeometryAccumulator::Finish(const TokenMatrix& k)
   return g;
 }
 
+namespace {
+
+// Every metric of ComputeRepresentationMetrics over the rows sp describes (x validated).
+RepresentationMetrics AllMetrics(const TokenMatrix& x, const RepresentationMetricsOptions& opt,
+                                 ThreadPool* pool, Spread& sp) {
+  RepresentationMetrics m;
+  m.residual = ResidualImpl(x, sp);
+  m.cosine = CosineImpl(x, sp);
+  m.dirichlet = DirichletImpl(x, sp);
+  if (opt.effective_rank) {
+    m.erank = EffectiveRankImpl(x, /*centred=*/false, pool, sp);
+    m.erank_centred = EffectiveRankImpl(x, /*centred=*/true, pool, sp);
+  }
+  m.massive = MassiveImpl(x, opt.massive, sp);
+  return m;
+}
+
+}  // namespace
+
 Result<RepresentationMetrics> ComputeRepresentationMetrics(const TokenMatrix& x,
                                                            const RepresentationMetricsOptions& opt,
                                                            ThreadPool* pool) {
@@ -697,15 +837,74 @@ Result<RepresentationMetrics> ComputeRepresentationMetrics(const TokenMatrix& x,
     return Status::InvalidArgument("massive activations: top_k is " +
                                    std::to_string(opt.massive.top_k) + "; need >= 0");
   }
-  RepresentationMetrics m;
-  m.residual = ResidualImpl(x);
-  m.cosine = CosineImpl(x);
-  m.dirichlet = DirichletImpl(x);
-  if (opt.effective_rank) {
-    m.erank = EffectiveRankImpl(x, /*centred=*/false, pool);
-    m.erank_centred = EffectiveRankImpl(x, /*centred=*/true, pool);
+  Spread one = Spread::Local(x.rows);
+  return AllMetrics(x, opt, pool, one);
+}
+
+Result<RepresentationMetrics> ComputeRepresentationMetricsAcrossRanks(
+    const TokenMatrix& local, dist::Comm& comm, const RepresentationMetricsOptions& opt,
+    ThreadPool* pool) {
+  const int64_t first = comm.rank(), step = comm.size();
+  // Every rank's verdict on its own part first, so that a bad part is an error on every rank:
+  // [bad, rows, cols, -cols, first, step] summed / compared.
+  Status mine = Status::Ok();
+  if (local.rows < 0 || local.cols < 1 || (local.rows > 0 && local.stride < local.cols)) {
+    mine = Status::InvalidArgument("representation metrics across ranks: this rank's part has "
+                                   "shape [" + std::to_string(local.rows) + ", " +
+                                   std::to_string(local.cols) + "], stride " +
+                                   std::to_string(local.stride));
+  } else if (local.rows > 0) {
+    mine = ValidateTokenMatrix(local);
   }
-  m.massive = MassiveImpl(x, opt.massive);
+  if (mine.ok() && opt.massive.top_k < 0) {
+    mine = Status::InvalidArgument("massive activations: top_k is " +
+                                   std::to_string(opt.massive.top_k) + "; need >= 0");
+  }
+  std::vector<double> agree = {mine.ok() ? 0.0 : 1.0, static_cast<double>(local.rows),
+                               static_cast<double>(local.cols), -static_cast<double>(local.cols)};
+  std::vector<double> hi = agree;
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<double>(agree.data(), 2),
+                                            "representation metrics: the ranks' parts"));
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceMax(std::span<double>(hi.data() + 2, 2),
+                                            "representation metrics: the ranks' columns"));
+  ATTNLAB_RETURN_IF_ERROR(mine);
+  if (agree[0] > 0) {
+    return Status::InvalidArgument("representation metrics across ranks: another rank's part is "
+                                   "invalid (it reports why)");
+  }
+  if (hi[2] != -hi[3]) {
+    return Status::InvalidArgument("representation metrics across ranks: the ranks' parts have "
+                                   "different column counts (" +
+                                   std::to_string(static_cast<int64_t>(-hi[3])) + " to " +
+                                   std::to_string(static_cast<int64_t>(hi[2])) + ")");
+  }
+  const int64_t T = static_cast<int64_t>(agree[1]);
+  if (T < 1) return Status::InvalidArgument("representation metrics across ranks: no rows at all");
+  // The striped layout: rank r holds rows r, r + P, ... of the T rows.
+  std::vector<int64_t> wrong = {local.rows != (T > first ? (T - first + step - 1) / step : 0)};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<int64_t>(wrong),
+                                            "representation metrics: the ranks' row counts"));
+  if (wrong[0] > 0) {
+    return Status::InvalidArgument(
+        "representation metrics across ranks: the rows are not striped over the ranks (rank r "
+        "holds rows r, r + P, ... of all " + std::to_string(T) + "); this rank holds " +
+        std::to_string(local.rows));
+  }
+  if (opt.effective_rank && T < local.cols) {
+    // Fewer tokens than channels: the [T, T] token Gram needs every row, so gather them (T C
+    // floats, fewer than C^2) into position order and compute as one process.
+    std::vector<float> all(T * local.cols, 0.0f);
+    for (int64_t t = 0; t < local.rows; ++t) {
+      std::copy_n(local.row(t), local.cols, all.data() + (first + t * step) * local.cols);
+    }
+    ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<float>(all),
+                                              "representation metrics: gathering the rows"));
+    return ComputeRepresentationMetrics(MakeTokenMatrix(all.data(), T, local.cols), opt, pool);
+  }
+  Spread sp = Spread::Local(T);
+  sp.comm = &comm, sp.first = first, sp.step = step;
+  RepresentationMetrics m = AllMetrics(local, opt, pool, sp);
+  ATTNLAB_RETURN_IF_ERROR(sp.status);
   return m;
 }
 

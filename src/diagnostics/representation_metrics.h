@@ -30,6 +30,9 @@
 namespace attnlab {
 
 class ThreadPool;
+namespace dist {
+class Comm;
+}
 
 // A read-only [rows, cols] row-major float matrix; row t starts at data + t * stride.
 //   one sequence of a residual stream [N, C]:   {res + b*Tm*C, Tm, C, C}
@@ -222,6 +225,20 @@ struct RepresentationMetrics {
 };
 Result<RepresentationMetrics> ComputeRepresentationMetrics(
     const TokenMatrix& x, const RepresentationMetricsOptions& opt = {}, ThreadPool* pool = nullptr);
+
+// The same metrics of a matrix of T rows striped over the P ranks of `comm` (the sequence-
+// parallel layout, dist/ring_attention.h): rank r holds rows r, r + P, ... in `local` (local.rows
+// may be 0 when T <= r; data may then be null), the other ranks the rest. Every rank
+// calls it with the same options and gets the whole matrix's metrics: each sum and maximum is
+// completed over the ranks (sums added in rank order, so the values are one process's up to the
+// order of the additions; the median, the maximum, the top entries and every count exactly; token
+// numbers in `massive` are global). The effective rank adds the ranks' [C, C] Grams (T >= C) or,
+// with fewer tokens than channels, gathers the T C values to every rank. A bad part on any rank,
+// parts of different widths or row counts that are not the striped layout's are an error on
+// every rank.
+Result<RepresentationMetrics> ComputeRepresentationMetricsAcrossRanks(
+    const TokenMatrix& local, dist::Comm& comm, const RepresentationMetricsOptions& opt = {},
+    ThreadPool* pool = nullptr);
 
 }  // namespace attnlab
 

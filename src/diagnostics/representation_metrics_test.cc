@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnlab/thread_pool.h"
+#include "dist/comm.h"
 
 namespace attnlab {
 namespace {
@@ -698,6 +699,49 @@ TEST(RepresentationMetrics, SinkKeyGeometryAccumulatorMatchesOneShot) {
   bad_q[1] = std::numeric_limits<float>::quiet_NaN();
   SinkKeyGeometryAccumulator nan_acc(2);
   EXPECT_FALSE(nan_acc.Add(View(bad_q, 2, 2), View(k, 6, 2), 0).ok());        // NaN query
+}
+
+// One rank: the across-ranks entry point is the one-process computation, bit for bit (every
+// collective of a single-process communicator leaves its values as they are), on T below and
+// above C (the gathered and the Gram paths), a zero row and a massive channel; bad input is an
+// error.
+TEST(RepresentationMetrics, AcrossOneRankIsTheOneProcessResult) {
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto [T, C] : {std::pair<int64_t, int64_t>{1, 4}, {6, 10}, {50, 7}, {129, 16}}) {
+    std::vector<float> x(T * C);
+    for (float& v : x) v = nd(rng);
+    if (T > 3) std::fill_n(x.data() + 3 * C, C, 0.0f);
+    for (int64_t t = 0; t < T; ++t) x[t * C + 1] *= 300.0f;
+    RepresentationMetricsOptions opt;
+    opt.massive.top_k = 4;
+    const TokenMatrix m = MakeTokenMatrix(x.data(), T, C);
+    auto one = ComputeRepresentationMetrics(m, opt);
+    auto across = ComputeRepresentationMetricsAcrossRanks(m, dist::SingleProcess(), opt);
+    ASSERT_TRUE(one.ok() && across.ok()) << across.status().ToString();
+    const RepresentationMetrics &a = across.value(), &b = one.value();
+    EXPECT_EQ(a.residual.relative, b.residual.relative);
+    EXPECT_EQ(a.cosine.mean_cosine, b.cosine.mean_cosine);
+    EXPECT_EQ(a.dirichlet.energy, b.dirichlet.energy);
+    EXPECT_EQ(a.erank.erank, b.erank.erank);
+    EXPECT_EQ(a.erank_centred.erank, b.erank_centred.erank);
+    EXPECT_EQ(a.massive.median_abs, b.massive.median_abs);
+    EXPECT_EQ(a.massive.max.token, b.massive.max.token);
+    EXPECT_EQ(a.massive.massive_count, b.massive.massive_count);
+    ASSERT_EQ(a.massive.top.size(), b.massive.top.size());
+    for (size_t i = 0; i < b.massive.top.size(); ++i) {
+      EXPECT_EQ(a.massive.top[i].token, b.massive.top[i].token);
+      EXPECT_EQ(a.massive.top[i].value, b.massive.top[i].value);
+    }
+  }
+  std::vector<float> x(8, 1.0f);
+  x[5] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(ComputeRepresentationMetricsAcrossRanks(MakeTokenMatrix(x.data(), 2, 4),
+                                                       dist::SingleProcess()).ok());
+  EXPECT_FALSE(ComputeRepresentationMetricsAcrossRanks(MakeTokenMatrix(nullptr, 0, 4),
+                                                       dist::SingleProcess()).ok());
+  EXPECT_FALSE(ComputeRepresentationMetricsAcrossRanks(MakeTokenMatrix(x.data(), 1, 4, 2),
+                                                       dist::SingleProcess()).ok());
 }
 
 }  // namespace
