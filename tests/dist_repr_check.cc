@@ -13,6 +13,9 @@
 // residual 0, cosine 1, effective rank 1 exactly), a zero row, ties at the largest |x| on two
 // ranks (the earlier row wins), a massive channel. A rank whose part has NaN, another width or
 // a row count that is not the striped layout's ends with an error on every rank, never a hang.
+// The head CKA accumulator and the sink-key geometry fed striped rows chunk by chunk and merged
+// (AllReduce) equal one accumulator fed every row (CKA 1e-10, geometry 1e-12), also with
+// fewer rows than ranks.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -122,6 +125,68 @@ void RunCase(const Case& cs) {
   }
 }
 
+// The head CKA's Gram and the sink-key geometry of striped rows (chunk by chunk, as a forward
+// feeds them), merged over the ranks, against one accumulator fed every row (1e-10: the Grams are
+// re-centred on the global mean and summed in another order).
+void RunAccumulatorCase(int64_t T, int64_t H, int64_t hd, int64_t chunk) {
+  dist::Comm& w = dist::World();
+  const int P = w.size(), r = w.rank();
+  const std::string what = "accumulators T=" + std::to_string(T) + " chunk " + std::to_string(chunk);
+  const int64_t A = H * hd;
+  std::mt19937_64 rng(static_cast<uint64_t>(T * 7 + H));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> att(T * A), q(T * hd), k(T * hd);
+  for (float& v : att) v = nd(rng) + 3.0f;  // off-centre: the shifts matter
+  for (float& v : q) v = nd(rng);
+  for (float& v : k) v = nd(rng);
+  std::fill_n(k.data() + std::min<int64_t>(T - 1, 2) * hd, hd, 0.0f);  // a zero key
+  auto one = HeadCkaAccumulator::Create(H, A);
+  auto mine = HeadCkaAccumulator::Create(H, A);
+  ExpectOk(one.status(), what + ": create");
+  if (!one.ok() || !mine.ok()) return;
+  ExpectOk(one.value().Add(MakeTokenMatrix(att.data(), T, A)), what + ": one process");
+  SinkKeyGeometryAccumulator gone(hd), gmine(hd);
+  const TokenMatrix km = MakeTokenMatrix(k.data(), T, hd);
+  ExpectOk(gone.Add(MakeTokenMatrix(q.data(), T, hd), km, 0), what + ": geometry, one process");
+  // This rank's rows r, r + P, ... in chunks of `chunk` rows.
+  std::vector<float> ra, rq;
+  for (int64_t t = r; t < T; t += P) {
+    ra.insert(ra.end(), att.begin() + t * A, att.begin() + (t + 1) * A);
+    rq.insert(rq.end(), q.begin() + t * hd, q.begin() + (t + 1) * hd);
+  }
+  const int64_t n = static_cast<int64_t>(rq.size()) / hd;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t m = std::min(chunk, n - i0);
+    ExpectOk(mine.value().Add(MakeTokenMatrix(ra.data() + i0 * A, m, A)), what + ": striped CKA rows");
+    ExpectOk(gmine.Add(MakeTokenMatrix(rq.data() + i0 * hd, m, hd), km, r + i0 * P, P),
+             what + ": striped queries");
+  }
+  ExpectOk(mine.value().AllReduce(w, "head CKA"), what + ": CKA AllReduce");
+  ExpectOk(gmine.AllReduce(w, "geometry"), what + ": geometry AllReduce");
+  Expect(!gmine.Add(MakeTokenMatrix(q.data(), 1, hd), km, T - 1).ok(),
+         what + ": an Add after AllReduce was accepted");
+  auto a = mine.value().Finish(), b = one.value().Finish();
+  ExpectOk(a.status(), what + ": CKA finish");
+  if (a.ok() && b.ok()) {
+    double worst = 0;
+    for (size_t i = 0; i < b.value().size(); ++i) {
+      worst = std::max(worst, std::abs(a.value()[i] - b.value()[i]));
+    }
+    Expect(worst <= 1e-10, what + ": head CKA differs by " + std::to_string(worst));
+  }
+  auto ga = gmine.Finish(km), gb = gone.Finish(km);
+  ExpectOk(ga.status(), what + ": geometry finish");
+  if (ga.ok() && gb.ok()) {
+    const SinkKeyGeometry &x = ga.value(), &y = gb.value();
+    Expect(Close(x.cos_key0, y.cos_key0, 1e-12) && Close(x.cos_key_other, y.cos_key_other, 1e-12) &&
+               Close(x.cos_key_mean, y.cos_key_mean, 1e-12) &&
+               Close(x.key_norm_ratio, y.key_norm_ratio, 1e-12),
+           what + ": geometry (cos_key0 " + std::to_string(x.cos_key0) + " vs " +
+               std::to_string(y.cos_key0) + ", cos_key_other " + std::to_string(x.cos_key_other) +
+               " vs " + std::to_string(y.cos_key_other) + ")");
+  }
+}
+
 // Every rank must get an error; rank 0 prints it.
 void ExpectError(const TokenMatrix& local, const std::string& what) {
   dist::Comm& w = dist::World();
@@ -146,6 +211,9 @@ int main(int argc, char** argv) {
       {"zero row, ties, massive", 301, 24, 2},
   };
   for (const Case& cs : cases) RunCase(cs);
+  for (auto [T, chunk] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {37, 4}, {200, 64}}) {
+    RunAccumulatorCase(T, 3, 8, chunk);
+  }
   // Bad parts: an error on every rank.
   const int64_t T = 10, C = 4, n = (T - r + P - 1) / P;
   std::vector<float> rows((n + 2) * C, 1.0f);

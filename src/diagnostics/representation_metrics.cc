@@ -698,6 +698,70 @@ Result<std::vector<double>> HeadCkaAccumulator::Finish() const {
   return HeadCkaFromGram(g, heads_, C / heads_);
 }
 
+Status HeadCkaAccumulator::AllReduce(dist::Comm& comm, const std::string& what) {
+  // The ranks agree on the shape first (the Gram's size), then on the global rows and sums.
+  std::vector<double> shape = {static_cast<double>(cols_), -static_cast<double>(cols_),
+                               static_cast<double>(heads_), -static_cast<double>(heads_)};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceMax(std::span<double>(shape), what + ": shapes"));
+  if (shape[0] != -shape[1] || shape[2] != -shape[3] || cols_ == 0) {
+    return Status::InvalidArgument(what + ": the ranks' head CKA accumulators differ in shape "
+                                   "or were not created");
+  }
+  const int64_t C = cols_, ld = GramLd(C);
+  std::vector<int64_t> n = {rows_};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<int64_t>(n), what + ": rows"));
+  std::vector<double> total = sum_;
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<double>(total), what + ": column sums"));
+  std::vector<double> mu(C, 0.0);
+  for (int64_t c = 0; c < C && n[0] > 0; ++c) mu[c] = total[c] / static_cast<double>(n[0]);
+  // This rank's Gram around mu: sum (x - mu)(x - mu)^T = G_s - n (m - s)(m - s)^T
+  // + n (m - mu)(m - mu)^T, m its rows' mean, s its shift.
+  std::vector<double> lower(C * (C + 1) / 2, 0.0);
+  if (rows_ > 0) {
+    const double nr = static_cast<double>(rows_);
+    std::vector<double> ds(C), dm(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const double m = sum_[c] / nr;
+      ds[c] = m - shift_[c], dm[c] = m - mu[c];
+    }
+    for (int64_t a = 0, i = 0; a < C; ++a) {
+      for (int64_t b = 0; b <= a; ++b) {
+        lower[i++] = gram_[a * ld + b] - nr * ds[a] * ds[b] + nr * dm[a] * dm[b];
+      }
+    }
+  }
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<double>(lower), what + ": Grams"));
+  for (int64_t a = 0, i = 0; a < C; ++a) {
+    for (int64_t b = 0; b <= a; ++b) gram_[a * ld + b] = lower[i++];
+  }
+  shift_ = mu;
+  sum_ = std::move(total);
+  rows_ = n[0];
+  return Status::Ok();
+}
+
+Status SinkKeyGeometryAccumulator::AllReduce(dist::Comm& comm, const std::string& what) {
+  std::vector<double> shape = {static_cast<double>(hd_), -static_cast<double>(hd_),
+                               static_cast<double>(next_pos_)};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceMax(std::span<double>(shape), what + ": shapes"));
+  if (shape[0] != -shape[1]) {
+    return Status::InvalidArgument(what + ": the ranks' sink key geometries differ in head_dim");
+  }
+  if (unit_q_.empty()) unit_q_.assign(hd_, 0.0);
+  std::vector<double> sums = unit_q_;
+  sums.push_back(sum_k0_);
+  sums.push_back(sum_other_);
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<double>(sums), what + ": sums"));
+  std::vector<int64_t> counts = {queries_, n_other_};
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<int64_t>(counts), what + ": counts"));
+  unit_q_.assign(sums.begin(), sums.begin() + hd_);
+  sum_k0_ = sums[hd_], sum_other_ = sums[hd_ + 1];
+  queries_ = counts[0], n_other_ = counts[1];
+  next_pos_ = static_cast<int64_t>(shape[2]);
+  merged_ = true;
+  return Status::Ok();
+}
+
 Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const TokenMatrix& k) {
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(q, "q"));
   ATTNLAB_RETURN_IF_ERROR(ValidateTokenMatrix(k, "k"));
@@ -713,7 +777,11 @@ Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const Token
 }
 
 Status SinkKeyGeometryAccumulator::Add(const TokenMatrix& q, const TokenMatrix& k,
-                                       int64_t first_pos) {
+                                       int64_t first_pos, int64_t step) {
+  if (merged_) {
+    return Status::InvalidArgument("sink key geometry: queries added after AllReduce");
+  }
+  if (step < 1) return Status::InvalidArgument("sink key geometry: step must be >= 1");
   // Shapes here; values as they are read (a chunk must not rescan every earlier key).
   for (const TokenMatrix* m : {&q, &k}) {
     if (m->data == nullptr || m->rows < 1 || m->cols < 1 || m->stride < m->cols) {
@@ -726,10 +794,11 @@ Status SinkKeyGeometryAccumulator::Add(const TokenMatrix& q, const TokenMatrix& 
                                    " and k has " + std::to_string(k.cols) + ", expected " +
                                    std::to_string(hd_) + "; pass one head's q and k");
   }
-  if (first_pos < next_pos_ || k.rows < first_pos + q.rows) {
+  const int64_t last_pos = first_pos + (q.rows - 1) * step;
+  if (first_pos < next_pos_ || k.rows < last_pos + 1) {
     return Status::InvalidArgument(
         "sink key geometry: queries at key positions " + std::to_string(first_pos) + ".." +
-        std::to_string(first_pos + q.rows - 1) + " need " + std::to_string(first_pos + q.rows) +
+        std::to_string(last_pos) + " need " + std::to_string(last_pos + 1) +
         " keys (have " + std::to_string(k.rows) + ") and must come after position " +
         std::to_string(next_pos_ - 1));
   }
@@ -743,7 +812,7 @@ Status SinkKeyGeometryAccumulator::Add(const TokenMatrix& q, const TokenMatrix& 
   if (!std::isfinite(k0n)) return not_finite;
   // Queries in order; seen_ is the running sum of the unit keys 1..p(t) (zero keys add 0).
   for (int64_t t = 0; t < q.rows; ++t) {
-    const int64_t p = first_pos + t;  // last visible key
+    const int64_t p = first_pos + t * step;  // last visible key
     for (; seen_upto_ < p; ++seen_upto_) {
       const float* r = k.row(seen_upto_ + 1);
       const double n = RowNorm(r, hd);
@@ -771,7 +840,7 @@ Status SinkKeyGeometryAccumulator::Add(const TokenMatrix& q, const TokenMatrix& 
     }
   }
   queries_ += q.rows;
-  next_pos_ = first_pos + q.rows;
+  next_pos_ = last_pos + 1;
   return Status::Ok();
 }
 

@@ -23,6 +23,7 @@
 #define ATTNLAB_DIAGNOSTICS_REPRESENTATION_METRICS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attnlab/status.h"
@@ -160,6 +161,12 @@ class HeadCkaAccumulator {
   int64_t rows() const { return rows_; }
   // The H x H matrix of every row added (as ComputeHeadCkaMatrix; no row: InvalidArgument).
   Result<std::vector<double>> Finish() const;
+  // Merges the rows every rank of `comm` added (any split of one sequence's rows: the CKA does
+  // not depend on their order): each rank's Gram is re-centred on the global column mean and
+  // the Grams are summed, so every rank then holds what one accumulator fed every row would
+  // (sums in another order). Every rank calls it once, after its last Add; a rank may have no
+  // rows. Different column or head counts on the ranks are an error on every rank.
+  Status AllReduce(dist::Comm& comm, const std::string& what);
 
  private:
   int64_t heads_ = 0, cols_ = 0, rows_ = 0;
@@ -194,11 +201,17 @@ Result<SinkKeyGeometry> ComputeSinkKeyGeometry(const TokenMatrix& q, const Token
 class SinkKeyGeometryAccumulator {
  public:
   explicit SinkKeyGeometryAccumulator(int64_t head_dim) : hd_(head_dim) {}
-  // q [n, hd]: the next queries, query i at key position first_pos + i (positions increase
-  // from one Add to the next); k [>= first_pos + n, hd]: the keys so far. InvalidArgument on
-  // inconsistent sizes or positions.
-  Status Add(const TokenMatrix& q, const TokenMatrix& k, int64_t first_pos);
+  // q [n, hd]: the next queries, query i at key position first_pos + i step (positions
+  // increase from one Add to the next; step > 1: the striped rows of a sequence-parallel rank);
+  // k [>= last position + 1, hd]: the keys so far. InvalidArgument on inconsistent sizes or
+  // positions.
+  Status Add(const TokenMatrix& q, const TokenMatrix& k, int64_t first_pos, int64_t step = 1);
   int64_t queries() const { return queries_; }
+  // Merges the queries every rank of `comm` added (e.g. its striped rows of one sequence): the
+  // per-query sums add up, so every rank then holds what one accumulator fed every query
+  // would (sums in another order). Every rank calls it once, after its last Add (further Adds
+  // are refused); a rank may have none. A different head_dim on a rank is an error everywhere.
+  Status AllReduce(dist::Comm& comm, const std::string& what);
   // k: every key of the sequence (for the norms and kbar). InvalidArgument without a query.
   Result<SinkKeyGeometry> Finish(const TokenMatrix& k) const;
 
@@ -209,6 +222,7 @@ class SinkKeyGeometryAccumulator {
   std::vector<double> unit_q_;    // sum of the unit queries (cos_key_mean at the end)
   double sum_k0_ = 0, sum_other_ = 0;
   int64_t n_other_ = 0;
+  bool merged_ = false;  // AllReduce ran: seen_ is this rank's, not the merged sequence's
 };
 
 // ---- Everything cheap for one representation, for `attnlab analyze` ----------------------------
