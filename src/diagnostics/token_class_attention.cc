@@ -126,14 +126,41 @@ Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float
                                       int64_t q_row_stride, int64_t len_q,
                                       const AttentionTensor& k_all, int64_t len_k,
                                       std::span<const float> row_extra_logits) {
-  const int64_t Hq = heads_q_, Hkv = heads_kv_, hd = head_dim_, group = Hq / Hkv;
   const int64_t keys = static_cast<int64_t>(labels_.size());
-  if (!Supports(params)) return Status::InvalidArgument("token classes: softmax-family weights only");
   if (len_q < 1 || len_q > len_k || len_k > keys) {
     return Status::InvalidArgument("token classes: rows [" + std::to_string(len_k - len_q) + ", " +
                                    std::to_string(len_k) + ") do not fit the window's " +
                                    std::to_string(keys) + " keys");
   }
+  return AddRowsAt(params, q, q_row_stride, len_q, len_k - len_q, 1, k_all, len_k,
+                   row_extra_logits);
+}
+
+Status TokenClassAccumulator::AddStripedRows(const AttentionParams& params, const float* q,
+                                             int64_t q_row_stride, int64_t rank, int64_t ranks,
+                                             const AttentionTensor& k_all, int64_t len_k,
+                                             std::span<const float> row_extra_logits) {
+  const int64_t keys = static_cast<int64_t>(labels_.size());
+  if (ranks < 1 || rank < 0 || rank >= ranks || len_k < 1 || len_k > keys) {
+    return Status::InvalidArgument("token classes: striped rows of rank " + std::to_string(rank) +
+                                   " of " + std::to_string(ranks) + " over " +
+                                   std::to_string(len_k) + " keys do not fit the window's " +
+                                   std::to_string(keys) + " keys");
+  }
+  const int64_t len_q = len_k > rank ? (len_k - rank + ranks - 1) / ranks : 0;
+  if (len_q == 0) return Status::Ok();  // more ranks than rows: none here
+  return AddRowsAt(params, q, q_row_stride, len_q, rank, ranks, k_all, len_k, row_extra_logits);
+}
+
+// Query i of q sits at key position first + i step.
+Status TokenClassAccumulator::AddRowsAt(const AttentionParams& params, const float* q,
+                                        int64_t q_row_stride, int64_t len_q, int64_t first,
+                                        int64_t step, const AttentionTensor& k_all, int64_t len_k,
+                                        std::span<const float> row_extra_logits) {
+  const int64_t Hq = heads_q_, Hkv = heads_kv_, hd = head_dim_, group = Hq / Hkv;
+  const int64_t keys = static_cast<int64_t>(labels_.size());
+  if (!Supports(params)) return Status::InvalidArgument("token classes: softmax-family weights only");
+  const auto pos = [&](int64_t i) { return first + i * step; };
   if (!row_extra_logits.empty() && static_cast<int64_t>(row_extra_logits.size()) != Hq * len_q) {
     return Status::InvalidArgument("token classes: row_extra_logits needs heads_q * len_q values");
   }
@@ -143,11 +170,11 @@ Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float
   }
   std::vector<int64_t> rows;  // the sampled rows of this call (indices into q)
   for (int64_t i = 0; i < len_q; ++i) {
-    if ((len_k - len_q + i) % stride_ == 0) rows.push_back(i);
+    if (pos(i) % stride_ == 0) rows.push_back(i);
   }
   if (rows.empty()) return Status::Ok();
   const int64_t R = static_cast<int64_t>(rows.size());
-  const int64_t p_last = len_k - len_q + rows.back();
+  const int64_t p_last = pos(rows.back());
   const int64_t L = mask.causal ? p_last + 1 : len_k;  // keys any sampled row may see
   const int64_t ld = (L + kPad - 1) / kPad * kPad;
   const double scale = params.scale ? *params.scale : 1.0 / std::sqrt(static_cast<double>(hd));
@@ -169,7 +196,7 @@ Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float
                       k_all.stride_token, 0.0f, sb.data(), ld, params.pool);
       for (int64_t e = 0; e < group; ++e) {
         for (int64_t r = 0; r < R; ++r) {
-          const int64_t p = len_k - len_q + rows[r];
+          const int64_t p = pos(rows[r]);
           const int64_t visible = mask.causal ? p + 1 : L;
           float* dst = scores_.data() + ((g * group + e) * R + r) * ld;
           std::copy_n(sb.data() + (e * R + r) * ld, visible, dst);
@@ -181,7 +208,7 @@ Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float
     // Any other mask: attention's own visibility, one row at a time (query at position p).
     std::vector<float> s;
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t p = len_k - len_q + rows[r];
+      const int64_t p = pos(rows[r]);
       const AttentionShape shape{1, Hq, Hkv, 1, p + 1, hd};
       AttentionTensor qv;
       qv.data = q + rows[r] * q_row_stride, qv.size = Hq * hd;
@@ -198,7 +225,7 @@ Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float
   const bool plain = PlainMask(mask);
   std::vector<double> counts(kNumTokenClasses);
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t i = rows[r], p = len_k - len_q + i;
+    const int64_t i = rows[r], p = pos(i);
     bool any_row = false;
     for (int64_t h = 0; h < Hq; ++h) {
       float* t = scores_.data() + (h * R + r) * ld;

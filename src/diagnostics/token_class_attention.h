@@ -95,6 +95,14 @@ class TokenClassAccumulator {
   Status AddRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
                  int64_t len_q, const AttentionTensor& k_all, int64_t len_k,
                  std::span<const float> row_extra_logits = {});
+  // The rows of the current window's sequence striped over `ranks` ranks (sequence parallel):
+  // this rank's rows sit at positions rank, rank + ranks, ... < len_k (q's row i at rank + i
+  // ranks; row_extra_logits [heads_q, its rows]); the sampled positions are one process's, so
+  // the ranks' AllReduce gives one process's sums (up to the order of additions). A rank with
+  // no row (len_k <= rank) adds nothing. As AddRows otherwise.
+  Status AddStripedRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
+                        int64_t rank, int64_t ranks, const AttentionTensor& k_all, int64_t len_k,
+                        std::span<const float> row_extra_logits = {});
   // Folds the current window's key masses into the class sums (AddRows' keys are summed per key
   // first). Called by Finish and BeginWindow; idempotent.
   void EndWindow();
@@ -105,6 +113,10 @@ class TokenClassAccumulator {
  private:
   TokenClassAccumulator(const TokenClassOptions& o, int64_t hq, int64_t hkv, int64_t hd)
       : o_(o), heads_q_(hq), heads_kv_(hkv), head_dim_(hd) {}
+  // AddRows' body: q's row i at key position first + i step.
+  Status AddRowsAt(const AttentionParams& params, const float* q, int64_t q_row_stride,
+                   int64_t len_q, int64_t first, int64_t step, const AttentionTensor& k_all,
+                   int64_t len_k, std::span<const float> row_extra_logits);
   TokenClassOptions o_;
   int64_t heads_q_, heads_kv_, head_dim_;
   std::vector<uint32_t> labels_;  // the current window's key classes

@@ -117,8 +117,8 @@ void CheckAgainstBruteForce(const ClassCase& s, uint32_t seed) {
   }
 }
 
-TEST(TokenClassAttention, MatchesABruteForceOverMasksSoftmaxesAndSampling) {
-  std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+std::vector<ClassCase> Setups() {
+  static const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
   std::vector<ClassCase> setups;
   AttentionParams causal;
   causal.mask.causal = true;
@@ -139,7 +139,80 @@ TEST(TokenClassAttention, MatchesABruteForceOverMasksSoftmaxesAndSampling) {
   sl.softmax = SoftmaxKind::kSinkLogit;
   sl.sink_logits = sinks;
   setups.push_back({4, 2, 8, 45, 15, sl, true, "sink logits + key_bias logits"});
+  return setups;
+}
+
+TEST(TokenClassAttention, MatchesABruteForceOverMasksSoftmaxesAndSampling) {
+  const std::vector<ClassCase> setups = Setups();
   for (size_t i = 0; i < setups.size(); ++i) CheckAgainstBruteForce(setups[i], 100 + i);
+}
+
+// One sequence's rows striped over P "ranks" (AddStripedRows, rank r: positions r, r + P, ...):
+// the ranks' sums, recombined here (mean x rows, what AllReduce adds), equal one accumulator's
+// AddRows of every row: the same sampled rows (counts exactly), the masses within float
+// accumulation (1e-6). Fewer rows than ranks included (keys 2, P 3: a rank without rows).
+TEST(TokenClassAttention, StripedRowsRecombineToOneProcess) {
+  std::vector<ClassCase> setups = Setups();
+  setups.push_back(setups[0]);
+  setups.back().keys = 2, setups.back().name = "two keys";
+  for (size_t si = 0; si < setups.size(); ++si) {
+    const ClassCase& s = setups[si];
+    std::mt19937 rng(static_cast<uint32_t>(300 + si));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int64_t Hq = s.hq, Hkv = s.hkv, hd = s.hd, N = s.keys, Q = Hq * hd;
+    std::vector<float> q(N * Q), k(Hkv * N * hd), extra(Hq * N);
+    for (float& x : q) x = nd(rng) * 1.5f;
+    for (float& x : k) x = nd(rng);
+    for (float& x : extra) x = nd(rng);
+    std::vector<uint32_t> labels(N);
+    for (auto& l : labels) l = (rng() % 3 == 0 ? 1u << kClassDelimiter : 0u) | (1u << (kClassDecile1 + rng() % 10));
+    TokenClassOptions o;
+    o.first_k = 3, o.recent = 5, o.rows_per_window = s.rows_per_window;
+    AttentionTensor kv;
+    kv.data = k.data(), kv.size = static_cast<int64_t>(k.size());
+    kv.stride_token = hd, kv.stride_head = N * hd, kv.stride_batch = Hkv * N * hd;
+    auto one = TokenClassAccumulator::Create(o, Hq, Hkv, hd);
+    ASSERT_TRUE(one.ok());
+    ASSERT_TRUE(one.value().BeginWindow(labels).ok());
+    ASSERT_TRUE(one.value()
+                    .AddRows(s.params, q.data(), Q, N, kv, N, s.extra_logits ? extra : std::vector<float>())
+                    .ok());
+    const TokenClassStats want = one.value().Finish();
+    for (int64_t P : {2, 3}) {
+      int64_t rows = 0;
+      std::vector<double> mass(Hq * kNumTokenClasses, 0.0), uni = mass;
+      for (int64_t r = 0; r < P; ++r) {
+        std::vector<float> lq, lex;
+        for (int64_t t = r; t < N; t += P) lq.insert(lq.end(), q.begin() + t * Q, q.begin() + (t + 1) * Q);
+        const int64_t n = static_cast<int64_t>(lq.size()) / Q;
+        for (int64_t h = 0; h < Hq && s.extra_logits; ++h) {
+          for (int64_t t = r; t < N; t += P) lex.push_back(extra[h * N + t]);
+        }
+        auto acc = TokenClassAccumulator::Create(o, Hq, Hkv, hd);
+        ASSERT_TRUE(acc.value().BeginWindow(labels).ok());
+        ASSERT_TRUE(acc.value()
+                        .AddStripedRows(s.params, n > 0 ? lq.data() : q.data(), Q, r, P, kv, N, lex)
+                        .ok())
+            << s.name << " P " << P << " rank " << r;
+        const TokenClassStats got = acc.value().Finish();
+        rows += got.rows;
+        for (int64_t h = 0; h < Hq; ++h) {
+          for (int c = 0; c < kNumTokenClasses; ++c) {
+            mass[h * kNumTokenClasses + c] += got.mass[h][c] * static_cast<double>(got.rows);
+            uni[h * kNumTokenClasses + c] += got.uniform[h][c] * static_cast<double>(got.rows);
+          }
+        }
+      }
+      ASSERT_EQ(rows, want.rows) << s.name << " P " << P;
+      for (int64_t h = 0; h < Hq; ++h) {
+        for (int c = 0; c < kNumTokenClasses; ++c) {
+          const double n = static_cast<double>(std::max<int64_t>(rows, 1));
+          EXPECT_NEAR(mass[h * kNumTokenClasses + c] / n, want.mass[h][c], 1e-6) << s.name << " P " << P << " class " << c;
+          EXPECT_NEAR(uni[h * kNumTokenClasses + c] / n, want.uniform[h][c], 1e-12) << s.name << " P " << P << " class " << c;
+        }
+      }
+    }
+  }
 }
 
 // Head 0's query matches the delimiters' keys (a large score), head 1's query is zero (uniform):
