@@ -15,7 +15,8 @@
 // a row count that is not the striped layout's ends with an error on every rank, never a hang.
 // The head CKA accumulator and the sink-key geometry fed striped rows chunk by chunk and merged
 // (AllReduce) equal one accumulator fed every row (CKA 1e-10, geometry 1e-12), also with
-// fewer rows than ranks.
+// fewer rows than ranks. Token 0's norm against the others' (ComputeTokenZeroNormAcrossRanks)
+// equals one process's (norm0 exactly, the mean 1e-12; T = 1 an error on both sides).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "diagnostics/extreme_tokens.h"
 #include "diagnostics/representation_metrics.h"
 #include "dist/comm.h"
 #include "dist_check_util.h"
@@ -79,6 +81,17 @@ void RunCase(const Case& cs) {
   auto got = ComputeRepresentationMetricsAcrossRanks(
       MakeTokenMatrix(n > 0 ? mine.data() : nullptr, n, cs.C), w, opt);
   ExpectOk(got.status(), cs.name + ": across ranks");
+  // Token 0's norm against the others' (the residual peak, the value drain).
+  auto z1 = ComputeTokenZeroNorm(MakeTokenMatrix(x.data(), cs.T, cs.C));
+  auto zr = ComputeTokenZeroNormAcrossRanks(MakeTokenMatrix(n > 0 ? mine.data() : nullptr, n, cs.C), w);
+  Expect(z1.ok() == zr.ok(), cs.name + ": token-0 norm accepted on one side only");
+  if (z1.ok() && zr.ok()) {
+    Expect(zr.value().norm0 == z1.value().norm0 &&
+               Close(zr.value().mean_other, z1.value().mean_other, 1e-12) &&
+               (std::isnan(z1.value().ratio) ? std::isnan(zr.value().ratio)
+                                             : Close(zr.value().ratio, z1.value().ratio, 1e-12)),
+           cs.name + ": token-0 norm");
+  }
   if (!one.ok() || !got.ok()) return;
   const RepresentationMetrics &a = got.value(), &b = one.value();
   const double tol = 1e-12;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "dist/comm.h"
+
 namespace attnlab {
 namespace {
 
@@ -25,6 +27,34 @@ Result<TokenZeroNorm> ComputeTokenZeroNorm(const TokenMatrix& x) {
   double sum = 0;
   for (int64_t t = 1; t < x.rows; ++t) sum += RowNorm(x.row(t), x.cols);
   r.mean_other = sum / static_cast<double>(x.rows - 1);
+  r.ratio = r.mean_other > 0 ? r.norm0 / r.mean_other : std::nan("");
+  return r;
+}
+
+Result<TokenZeroNorm> ComputeTokenZeroNormAcrossRanks(const TokenMatrix& local, dist::Comm& comm) {
+  const Status mine = local.rows < 0   ? Status::InvalidArgument("token-0 norm: negative row count")
+                      : local.rows > 0 ? ValidateTokenMatrix(local, "token-0 norm input")
+                                       : Status::Ok();
+  // [bad, rows, norm0 (rank 0's first row), the other rows' norms]
+  std::vector<double> v = {mine.ok() ? 0.0 : 1.0, static_cast<double>(std::max<int64_t>(0, local.rows)),
+                           0.0, 0.0};
+  if (mine.ok()) {
+    for (int64_t t = 0; t < local.rows; ++t) {
+      const double n = RowNorm(local.row(t), local.cols);
+      if (comm.rank() == 0 && t == 0) v[2] = n;
+      else v[3] += n;
+    }
+  }
+  ATTNLAB_RETURN_IF_ERROR(comm.AllReduceSum(std::span<double>(v), "token-0 norm"));
+  ATTNLAB_RETURN_IF_ERROR(mine);
+  if (v[0] > 0) return Status::InvalidArgument("token-0 norm: another rank's part is invalid");
+  const int64_t T = static_cast<int64_t>(v[1]);
+  if (T < 2) {
+    return Status::InvalidArgument("token-0 norm: needs at least 2 tokens, got " + std::to_string(T));
+  }
+  TokenZeroNorm r;
+  r.norm0 = v[2];
+  r.mean_other = v[3] / static_cast<double>(T - 1);
   r.ratio = r.mean_other > 0 ? r.norm0 / r.mean_other : std::nan("");
   return r;
 }

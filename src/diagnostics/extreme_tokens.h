@@ -17,6 +17,10 @@
 
 namespace attnlab {
 
+namespace dist {
+class Comm;
+}
+
 // Token 0's norm against the others': norm0 = |x_0|, mean_other = mean_{t >= 1} |x_t|,
 // ratio = norm0 / mean_other. Needs T >= 2 rows (else InvalidArgument); ratio is NaN when every
 // other row is 0. On a kv head's values it measures the drain, on a residual stream the peak.
@@ -24,6 +28,11 @@ struct TokenZeroNorm {
   double norm0 = 0, mean_other = 0, ratio = 0;
 };
 Result<TokenZeroNorm> ComputeTokenZeroNorm(const TokenMatrix& x);
+// The same of a matrix striped over the ranks of `comm` (rank r holds rows r, r + P, ... in
+// `local`, which may have no rows; rank 0's first row is token 0): every rank gets the whole
+// matrix's numbers (the other rows' norms summed in rank order). A bad part on any rank, or
+// fewer than 2 rows in all, is an error on every rank.
+Result<TokenZeroNorm> ComputeTokenZeroNormAcrossRanks(const TokenMatrix& local, dist::Comm& comm);
 
 // One head on one input (a window).
 struct HeadActivity {
