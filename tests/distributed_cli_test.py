@@ -14,7 +14,9 @@ address is ever a target).
      (tokens, loss) on the bundled text, and every window split across the ranks
      (--sequence-parallel, ring attention) gives it to the printed precision; analyze at P = 2 and 3 gives the one-process
      report.json to within 1e-9 relative (only the order of the sums' additions differs), with
-     rank 0 alone writing and the same attention view; stream --compare at P = 2 and 3 gives
+     rank 0 alone writing and the same attention view; analyze --sequence-parallel (every
+     window split across the ranks) gives every number within 1e-5 relative or 1e-7 absolute,
+     also with a last window shorter than P; stream --compare at P = 2 and 3 gives
      every loss, perplexity, cache size and verdict of one process bit for bit.
   4. faults: a rank that stops answering (ATTNLAB_DIST_TEST_STALL) makes the job end within
      ATTNLAB_DIST_TIMEOUT plus a margin, non-zero, with an error naming the operation; a rank
@@ -118,6 +120,37 @@ def compare_reports(a, b, path=""):
     elif a != b:
         other.append(f"{path}: {a} vs {b}")
     return worst, other
+
+
+def close_reports(a, b, rtol, atol, path=""):
+    """(numbers farther apart than rtol relative and atol absolute, the largest relative
+    difference, other differences) between two report.json trees, leaving out run and
+    input.ranks."""
+    bad, worst, other = [], 0.0, []
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return bad, worst, [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        for k in a:
+            if path == "" and k == "run" or path == ".input" and k == "ranks":
+                continue
+            x, w, o = close_reports(a[k], b[k], rtol, atol, f"{path}.{k}")
+            bad, worst, other = bad + x, max(worst, w), other + o
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return bad, worst, [f"{path}: lengths {len(a)} and {len(b)}"]
+        for i, (u, v) in enumerate(zip(a, b)):
+            x, w, o = close_reports(u, v, rtol, atol, f"{path}[{i}]")
+            bad, worst, other = bad + x, max(worst, w), other + o
+    elif isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            other.append(f"{path}: {a} vs {b}")
+        elif not (np.isnan(a) and np.isnan(b)) and a != b:
+            worst = abs(a - b) / max(abs(a), abs(b))
+            if abs(a - b) > rtol * max(abs(a), abs(b)) + atol:
+                bad.append(f"{path}: {a} vs {b}")
+    elif a != b:
+        other.append(f"{path}: {a} vs {b}")
+    return bad, worst, other
 
 
 def stream_differences(a, b, path=""):
@@ -257,6 +290,30 @@ def main():
                 open(os.path.join(aP, "attention.html"), "rb").read()
             expect(same and sorted(os.listdir(aP)) == sorted(os.listdir(a1)),
                    f"analyze on {P} ranks: one report directory, the same attention view")
+
+        # ---- 3b'. analyze --sequence-parallel: every window split across the ranks (ring
+        # attention, the diagnostics completed over the ranks layer by layer). The forward's
+        # fp32 rounding moves the numbers: each within 1e-5 relative or 1e-7 absolute (an excess
+        # of 5e-6 carries the subtraction's cancellation), nothing else different; and with a
+        # last window of fewer tokens than ranks (BOS + 1 token at 511 text tokens), which every
+        # rank runs whole.
+        for P, extra in ((2, []), (3, []), (3, ["--max-tokens", "511"])):
+            base = a1
+            if extra:
+                base = os.path.join(d, "analyze1short")
+                run([cli, "--threads", "1", "analyze", "--text", SAMPLE, "--out", base] + extra)
+            aS = os.path.join(d, f"analyze_sp{P}{'short' if extra else ''}")
+            mpi(P, cli, "--threads", "1", "analyze", "--text", SAMPLE, "--out", aS,
+                "--sequence-parallel", *extra)
+            rb = json.load(open(os.path.join(base, "report.json")))
+            rS = json.load(open(os.path.join(aS, "report.json")))
+            bad, worst, other = close_reports(rb, rS, 1e-5, 1e-7)
+            expect(rS["input"]["ranks"] == P and not bad and not other,
+                   f"analyze --sequence-parallel on {P} ranks {extra} equals one process: worst "
+                   f"relative difference {worst:.2e}, {len(bad)} numbers past 1e-5 relative and "
+                   f"1e-7 absolute {bad[:3]}, {len(other)} other differences {other[:3]}")
+            expect(sorted(os.listdir(aS)) == sorted(os.listdir(base)),
+                   f"analyze --sequence-parallel on {P} ranks: one report directory")
 
         # ---- 3c. stream --compare: whole policies on one rank each, recompute's tokens shared;
         # every loss, perplexity and verdict bit for bit as one process (times differ).

@@ -39,7 +39,7 @@ struct AnalyzeOptions {
   int64_t class_rows = 512, class_recent = 4;  // attention by token class (0 rows: none)
   double eps = 0.3;
   std::string stream_budget = "auto";  // MiB, or auto: a quarter of the weights, at least 128
-  bool json = false;
+  bool json = false, sequence_parallel = false;
 };
 
 std::string Fmt(double x, const char* f = "%.3f") {
@@ -690,8 +690,11 @@ void Run(const AnalyzeOptions& o) {
   };
   // Distributed (`mpirun -np P attnlab analyze`, docs/DISTRIBUTED.md): the ranks share the
   // windows and merge their sums; rank 0 writes the report.
+  // With --sequence-parallel every window is split across the ranks instead (ring attention;
+  // analysis_striped.h).
   dist::Comm& comm = dist::World();
   ao.comm = &comm;
+  ao.sequence_parallel = o.sequence_parallel;
   auto r = AnalyzeModel(*m.gpt, enc.value(), ao, /*progress=*/true);
   Check(r.status());
   if (!comm.root()) return;
@@ -717,6 +720,9 @@ void RegisterAnalyzeCommand(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "analyse at most the first N tokens (default: all)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print the verdicts and the sink numbers as JSON");
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel,
+                "under mpirun: split every window across the ranks (ring attention, token t on "
+                "rank t mod P) instead of sharing the windows; the same report (docs/DISTRIBUTED.md)");
   cmd->add_option("--stream-budget", o->stream_budget,
                   "MiB for one window's per-layer streams; more layers cost extra passes over "
                   "the window (auto: a quarter of the weights' bytes, at least 128; 0: one pass)");

@@ -15,11 +15,15 @@
 #include "cache/kv_cache.h"
 #include "core/process_memory.h"
 #include "diagnostics/analysis_merge.h"
+#include "diagnostics/analysis_striped.h"
 #include "engine/attention_explicit.h"
 
 namespace attnlab {
 
 namespace {
+
+using analysis_internal::AddStream;
+using analysis_internal::MapQueryRows;
 
 // The head CKA of a window of T rows and A = H hd attention columns keeps whichever is smaller:
 // the attention output itself ([T, A] floats, the CKA computed once at the end) or the CKA's
@@ -213,20 +217,6 @@ Status RunSequence(Gpt& model, const std::vector<int32_t>& seq, int64_t chunk, D
   return st;
 }
 
-void AddStream(StreamMetrics& acc, const RepresentationMetrics& m, int64_t window) {
-  acc.relative_residual += m.residual.relative;
-  acc.mean_cosine += m.cosine.mean_cosine;
-  acc.mad += m.cosine.mad;
-  acc.dirichlet += m.dirichlet.energy;
-  acc.dirichlet_relative += m.dirichlet.relative;
-  acc.erank += m.erank.erank;
-  acc.erank_centred += m.erank_centred.erank;
-  if (window == 0 || m.massive.ratio > acc.massive.ratio) {
-    acc.massive = m.massive;
-    acc.massive_window = window;
-  }
-}
-
 void DivideStream(StreamMetrics& acc, double n) {
   for (double* x : {&acc.relative_residual, &acc.mean_cosine, &acc.mad, &acc.dirichlet,
                     &acc.dirichlet_relative, &acc.erank, &acc.erank_centred}) {
@@ -243,56 +233,32 @@ void DivideStream(StreamMetrics& acc, double n) {
 Status AddExtremeTokens(const ModelConfig& c, const AnalysisOptions& o, const WindowObserver& obs,
                         int64_t l, int64_t T, ExtremeTokens* acc) {
   const int64_t H = c.n_head, Hkv = c.kv_heads(), hd = c.head_dim(), C = c.d_model;
-  if (acc->windows == 0) {
-    acc->value_drain.assign(Hkv, 0.0);
-    acc->heads.assign(H, HeadActivityStats{});
-  }
-  ++acc->windows;
   ATTNLAB_ASSIGN_OR_RETURN(const TokenZeroNorm peak,
                            ComputeTokenZeroNorm(MakeTokenMatrix(obs.res_[l].data(), T, C)));
-  acc->residual_peak.norm0 += peak.norm0;
-  acc->residual_peak.mean_other += peak.mean_other;
-  acc->residual_peak.ratio += peak.ratio;
   const AttentionTensor& v = obs.v_all_[l];
+  std::vector<double> drain(Hkv);
   for (int64_t hk = 0; hk < Hkv; ++hk) {
-    ATTNLAB_ASSIGN_OR_RETURN(const TokenZeroNorm drain,
+    ATTNLAB_ASSIGN_OR_RETURN(const TokenZeroNorm d,
                              ComputeTokenZeroNorm(TokenMatrix{v.at(0, hk, 0), obs.len_k_[l], hd,
                                                               v.stride_token}));
-    acc->value_drain[hk] += drain.ratio;
+    drain[hk] = d.ratio;
   }
-  std::vector<float> first(H * T);  // [H, T] P[i, 0]
   if (static_cast<int64_t>(obs.key0_[l].size()) < T * H) {
     return Status::Internal("analysis: layer " + std::to_string(l) + " has " +
                             std::to_string(obs.key0_[l].size() / H) + " rows of P[i, 0], not " +
                             std::to_string(T));
   }
-  // From the attention statistics' pass (key_bias included in its normaliser).
-  std::vector<double> first_sum(H, 0.0);
+  // From the attention statistics' pass (key_bias included in its normaliser), [T, H].
+  std::vector<double> first_sum(H, 0.0), gated_sum;
   for (int64_t i = 0; i < T; ++i) {
-    for (int64_t h = 0; h < H; ++h) first_sum[h] += first[h * T + i] = obs.key0_[l][i * H + h];
-  }
-  ATTNLAB_ASSIGN_OR_RETURN(const std::vector<HeadActivity> act,
-                           ClassifyHeadActivityFromSums(first_sum, obs.norm_sum_[l], T, o.sink_eps));
-  for (int64_t h = 0; h < H; ++h) {
-    acc->heads[h].dormant_share += act[h].dormant ? 1.0 : 0.0;
-    acc->heads[h].output_norm_ratio += act[h].output_norm_ratio;
+    for (int64_t h = 0; h < H; ++h) first_sum[h] += obs.key0_[l][i * H + h];
   }
   const std::vector<float>& g = obs.gate_[l];
   if (c.output_gate && static_cast<int64_t>(g.size()) == T * c.gate_dim()) {
-    const int64_t G = c.gate_dim(), per_head = G / H;  // 1 head-wise, hd element-wise
-    for (int64_t h = 0; h < H; ++h) {
-      double sum = 0;
-      for (int64_t i = 0; i < T; ++i) {
-        double gi = 0;
-        for (int64_t e = h * per_head; e < (h + 1) * per_head; ++e) gi += g[i * G + e];
-        sum += gi / static_cast<double>(per_head) * first[h * T + i];
-      }
-      acc->heads[h].gated_first_mass += sum / static_cast<double>(T);
-    }
-  } else {
-    for (int64_t h = 0; h < H; ++h) acc->heads[h].gated_first_mass = std::nan("");
+    gated_sum = analysis_internal::GatedFirstSums(c, g.data(), obs.key0_[l].data(), T);
   }
-  return Status::Ok();
+  return analysis_internal::AddExtremeSums(c, o.sink_eps, peak, drain, first_sum, obs.norm_sum_[l],
+                                           gated_sum, T, acc);
 }
 
 // Every head's attention map of layer l over query rows [0, n) and keys [0, keys) of the window
@@ -307,21 +273,8 @@ Result<std::vector<float>> FullMaps(const ModelConfig& c, const WindowObserver& 
                             std::to_string(n) + " query rows, the observer kept " +
                             std::to_string(obs.q_[l].size() / (H * hd)));
   }
-  const AttentionShape shape{1, H, c.kv_heads(), n, keys, hd};
-  std::vector<float> out(n * H * hd), probs(H * n * keys);
-  AttentionTensor qv = TokenMajorView<const float>(obs.q_[l].data(), 1, H, n, hd);
-  ATTNLAB_RETURN_IF_ERROR(AttentionForwardReference(shape, obs.params_[l], qv, obs.k_all_[l],
-                                                    obs.k_all_[l], TokenMajorView(out.data(), 1, H, n, hd),
-                                                    {}, probs));
-  if (!obs.real_share_[l].empty()) {  // key_bias's share, [T, H]
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = probs.data() + (h * n + i) * keys;
-        for (int64_t j = 0; j < keys; ++j) row[j] *= obs.real_share_[l][i * H + h];
-      }
-    }
-  }
-  return probs;
+  return analysis_internal::MapsFromRows(c, obs.params_[l], obs.q_[l].data(), obs.k_all_[l], n,
+                                         keys, obs.real_share_[l]);
 }
 
 Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
@@ -383,15 +336,6 @@ Status LayerMetrics(const ModelConfig& c, const AnalysisOptions& o,
   return Status::Ok();
 }
 
-// The first window's query rows the maps read: all T for the plotted heads' full maps (when T
-// fits --plot-max), the first view_tokens for the per-layer views.
-int64_t MapQueryRows(const AnalysisOptions& o, int64_t T) {
-  int64_t rows = 0;
-  if (!o.plot_heads.empty() && T <= o.plot_max) rows = T;
-  if (o.view_layer && o.view_tokens > 0) rows = std::max(rows, std::min(T, o.view_tokens));
-  return rows;
-}
-
 // Layers whose residual stream ([T, C] floats) and head CKA data (HeadCkaByGram: the [A, A]
 // double Gram or the [T, A] float attention output, A = H hd) fit `budget` bytes; all of them
 // when budget <= 0. At least one.
@@ -450,28 +394,40 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   so.first_k = std::max(o.first_k, o.sink_search);
   so.jsd_rows = o.jsd_rows;
   so.diagonals = {AttentionDiagonal{1, 0, -1}};  // previous token, on the text itself
-  std::vector<AttentionStatsAccumulator> stats;
-  for (int64_t l = 0; l < L; ++l) {
-    ATTNLAB_ASSIGN_OR_RETURN(auto acc, AttentionStatsAccumulator::Create(so, H, c.kv_heads(), hd));
-    stats.push_back(std::move(acc));
-  }
-  std::vector<GateStatsAccumulator> gates;  // the output gate's statistics, if it has one
-  for (int64_t l = 0; l < L && c.output_gate; ++l) {
-    ATTNLAB_ASSIGN_OR_RETURN(auto acc, GateStatsAccumulator::Create(H, c.gate_dim()));
-    gates.push_back(std::move(acc));
-  }
-  // Attention by token class: one accumulator per layer; the keys' classes per window.
-  std::vector<TokenClassAccumulator> classes;
-  std::vector<uint32_t> deciles;
-  if (o.classes) {
-    TokenClassOptions co;
-    co.first_k = o.first_k, co.recent = o.class_recent, co.rows_per_window = o.class_rows;
+  // The accumulators a window adds to (per layer); fresh ones also for a short window that a
+  // sequence-parallel rank other than 0 runs whole (its sums must not count twice).
+  const auto make_stats = [&]() -> Result<std::vector<AttentionStatsAccumulator>> {
+    std::vector<AttentionStatsAccumulator> v;
     for (int64_t l = 0; l < L; ++l) {
-      ATTNLAB_ASSIGN_OR_RETURN(auto acc, TokenClassAccumulator::Create(co, H, c.kv_heads(), hd));
-      classes.push_back(std::move(acc));
+      ATTNLAB_ASSIGN_OR_RETURN(auto acc, AttentionStatsAccumulator::Create(so, H, c.kv_heads(), hd));
+      v.push_back(std::move(acc));
     }
-    deciles = FrequencyDecileClasses(tokens, c.vocab_size);
-  }
+    return v;
+  };
+  const auto make_gates = [&]() -> Result<std::vector<GateStatsAccumulator>> {
+    std::vector<GateStatsAccumulator> v;  // the output gate's statistics, if it has one
+    for (int64_t l = 0; l < L && c.output_gate; ++l) {
+      ATTNLAB_ASSIGN_OR_RETURN(auto acc, GateStatsAccumulator::Create(H, c.gate_dim()));
+      v.push_back(std::move(acc));
+    }
+    return v;
+  };
+  TokenClassOptions co;
+  co.first_k = o.first_k, co.recent = o.class_recent, co.rows_per_window = o.class_rows;
+  const auto make_classes = [&]() -> Result<std::vector<TokenClassAccumulator>> {
+    std::vector<TokenClassAccumulator> v;
+    for (int64_t l = 0; l < L && o.classes; ++l) {
+      ATTNLAB_ASSIGN_OR_RETURN(auto acc, TokenClassAccumulator::Create(co, H, c.kv_heads(), hd));
+      v.push_back(std::move(acc));
+    }
+    return v;
+  };
+  ATTNLAB_ASSIGN_OR_RETURN(std::vector<AttentionStatsAccumulator> stats, make_stats());
+  ATTNLAB_ASSIGN_OR_RETURN(std::vector<GateStatsAccumulator> gates, make_gates());
+  // Attention by token class: one accumulator per layer; the keys' classes per window.
+  ATTNLAB_ASSIGN_OR_RETURN(std::vector<TokenClassAccumulator> classes, make_classes());
+  std::vector<uint32_t> deciles;
+  if (o.classes) deciles = FrequencyDecileClasses(tokens, c.vocab_size);
   bool classes_unsupported = false;
   AnalysisResult r;
   r.config = c;
@@ -488,6 +444,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
   RepresentationMetricsOptions ro;
   ro.effective_rank = o.effective_rank;
   const int rank = o.comm ? o.comm->rank() : 0, ranks = o.comm ? o.comm->size() : 1;
+  const bool striped = o.sequence_parallel && o.comm != nullptr;
   int64_t windows_run = 0;
   for (int64_t w = 0; w < n_windows; ++w) {
     std::vector<int32_t> seq;
@@ -497,13 +454,62 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     const int64_t T = static_cast<int64_t>(seq.size());
     // The rows this window adds to each layer's statistics (the sink token is a row too).
     const int64_t rows = T + (c.sink_token ? 1 : 0);
-    if (w % ranks != rank) {  // another rank's window: keep the rows' numbers (SkipRows)
+    if (!striped && w % ranks != rank) {  // another rank's window: keep the rows' numbers (SkipRows)
       for (AttentionStatsAccumulator& a : stats) a.SkipRows(rows);
       continue;
     }
     ++windows_run;
     const int64_t rows_before = stats[0].rows();
     if (w == 0) r.first_window = seq;
+    const std::vector<uint32_t> key_classes =  // the same for every layer of the window
+        o.classes ? WindowKeyClasses(c, o, seq, deciles) : std::vector<uint32_t>();
+    if (striped && T >= ranks) {
+      // The window split across the ranks: one lean sequence-parallel forward, every layer's
+      // diagnostics completed over the ranks as it passes.
+      const auto tp = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < L && o.classes; ++l) {
+        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(key_classes));
+      }
+      analysis_internal::WindowSums sums{&stats, c.output_gate ? &gates : nullptr,
+                                         o.classes ? &classes : nullptr};
+      ATTNLAB_RETURN_IF_ERROR(analysis_internal::RunStripedWindow(model, seq, o, w, &sums, &r));
+      for (int64_t l = 0; l < L && o.classes; ++l) classes[l].EndWindow();
+      classes_unsupported = classes_unsupported || sums.classes_unsupported;
+      if (w == 0) r.passes = 1;
+      for (const AttentionStatsAccumulator& a : stats) {
+        if (a.rows() != rows_before + rows) {
+          return Status::Internal("analysis: window " + std::to_string(w) + " added " +
+                                  std::to_string(a.rows() - rows_before) + " rows, not " +
+                                  std::to_string(rows));
+        }
+      }
+      if (progress && (T >= 2048 || w % 16 == 15 || w + 1 == n_windows)) {
+        const double done_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+        std::fprintf(stderr,
+                     "analyze: window %ld/%ld (%ld tokens over %d ranks) done in %.1f s; %.0f s so "
+                     "far, about %.0f s left\n",
+                     static_cast<long>(w + 1), static_cast<long>(n_windows), static_cast<long>(T),
+                     ranks, window_s, done_s, window_s * static_cast<double>(n_windows - 1 - w));
+      }
+      continue;
+    }
+    // A window of fewer tokens than ranks in a sequence-parallel run: every rank runs it whole
+    // (the same layer metrics everywhere); rank 0's statistics count, the others' go to scratch
+    // accumulators and their rows are skipped.
+    std::vector<AttentionStatsAccumulator> scratch_stats;
+    std::vector<GateStatsAccumulator> scratch_gates;
+    std::vector<TokenClassAccumulator> scratch_classes;
+    const bool scratch = striped && rank != 0;
+    if (scratch) {
+      ATTNLAB_ASSIGN_OR_RETURN(scratch_stats, make_stats());
+      ATTNLAB_ASSIGN_OR_RETURN(scratch_gates, make_gates());
+      ATTNLAB_ASSIGN_OR_RETURN(scratch_classes, make_classes());
+      for (AttentionStatsAccumulator& a : stats) a.SkipRows(rows);
+    }
+    std::vector<AttentionStatsAccumulator>& wstats = scratch ? scratch_stats : stats;
+    std::vector<GateStatsAccumulator>& wgates = scratch ? scratch_gates : gates;
+    std::vector<TokenClassAccumulator>& wclasses = scratch ? scratch_classes : classes;
     // The layers' streams in groups that fit the budget, one pass over the window per group, in
     // layer order: each pass starts from the stream the previous one's last layer left (kept,
     // [T, d_model]) and runs only its own layers, so the passes add up to one forward. Each
@@ -513,8 +519,6 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
     for (int64_t l0 = 0; l0 < L; l0 += per_pass) groups.push_back({l0, std::min(L, l0 + per_pass)});
     if (w == 0) r.passes = static_cast<int64_t>(groups.size());
     const bool long_window = T >= 2048;
-    const std::vector<uint32_t> key_classes =  // the same for every layer of the window
-        o.classes ? WindowKeyClasses(c, o, seq, deciles) : std::vector<uint32_t>();
     std::vector<float> handoff;
     for (size_t g = 0; g < groups.size(); ++g) {
       // The previous pass freed its streams and, chunk by chunk, its forward's buffers; without
@@ -523,10 +527,10 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       if (long_window && g > 0) ReleaseFreeHeap();
       const auto [l0, l1] = groups[g];
       const auto tp = std::chrono::steady_clock::now();
-      WindowObserver obs(c, &stats, T, l0, l1, c.output_gate ? &gates : nullptr,
-                         o.classes ? &classes : nullptr, w == 0 ? MapQueryRows(o, T) : 0);
+      WindowObserver obs(c, &wstats, T, l0, l1, c.output_gate ? &wgates : nullptr,
+                         o.classes ? &wclasses : nullptr, w == 0 ? MapQueryRows(o, T) : 0);
       for (int64_t l = l0; l < l1 && o.classes; ++l) {
-        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(key_classes));
+        ATTNLAB_RETURN_IF_ERROR(wclasses[l].BeginWindow(key_classes));
       }
       DenseKvCache cache(L, c.kv_heads(), hd);
       ATTNLAB_RETURN_IF_ERROR(cache.HoldLayers(l0, l1));
@@ -535,7 +539,7 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       ATTNLAB_RETURN_IF_ERROR(
           RunSequence(model, seq, o.chunk, &cache, &obs, l0, l1, handoff, &prof));
       ATTNLAB_RETURN_IF_ERROR(obs.status_);
-      for (int64_t l = l0; l < l1 && o.classes; ++l) classes[l].EndWindow();
+      for (int64_t l = l0; l < l1 && o.classes; ++l) wclasses[l].EndWindow();
       classes_unsupported = classes_unsupported || obs.classes_unsupported_;
       const auto tm = std::chrono::steady_clock::now();
       ATTNLAB_RETURN_IF_ERROR(LayerMetrics(c, o, ro, obs, l0, l1, T, w, &r));
@@ -585,7 +589,15 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       ATTNLAB_RETURN_IF_ERROR(classes[l].AllReduce(*o.comm, "token classes, layer " + std::to_string(l)));
     }
   }
-  if (o.comm) {
+  if (striped) {  // the layer metrics are already every rank's; the sums are per rank
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string layer = "layer " + std::to_string(l);
+      ATTNLAB_RETURN_IF_ERROR(stats[l].AllReduce(*o.comm, "analysis: attention statistics, " + layer));
+      if (c.output_gate) {
+        ATTNLAB_RETURN_IF_ERROR(gates[l].AllReduce(*o.comm, "analysis: gate statistics, " + layer));
+      }
+    }
+  } else if (o.comm) {
     ATTNLAB_RETURN_IF_ERROR(MergeAnalysisRanks(*o.comm, c, windows_run, ro.massive.top_k, stats,
                                                gates, r));
   }

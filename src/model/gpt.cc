@@ -346,9 +346,11 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   // Backward needs every layer's activations; a cached or lean forward (inference: Backward is
   // refused after it) reuses one layer's buffers layer after layer, and two residual slots.
   const int64_t layers = one_layer_ ? 1 : c.n_layer;
-  if (N <= capacity_ && layers <= capacity_layers_) return;
+  const int64_t mlp_rows = mlp_chunk_ > 0 ? std::min(N, mlp_chunk_) : N;
+  if (N <= capacity_ && layers <= capacity_layers_ && mlp_rows <= capacity_mlp_) return;
   capacity_ = N;
   capacity_layers_ = layers;
+  capacity_mlp_ = mlp_rows;
   const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
   Activations& a = acts_;
   a.res.Resize((layers == 1 ? 2 : layers + 1) * N * C);
@@ -367,9 +369,9 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.gate.Resize(layers * N * c.gate_dim());
   a.attg.Resize(c.output_gate ? layers * N * A : 0);
   a.o.Resize(layers * N * C);
-  a.h.Resize(c.mlp ? layers * N * F1 : 0);
-  a.gelu.Resize(c.mlp ? layers * N * F : 0);
-  a.m.Resize(c.mlp ? layers * N * C : 0);
+  a.h.Resize(c.mlp ? layers * mlp_rows * F1 : 0);
+  a.gelu.Resize(c.mlp ? layers * mlp_rows * F : 0);
+  a.m.Resize(c.mlp ? layers * mlp_rows * C : 0);
   a.lnf.Resize(pre ? N * C : 0);
   a.lnf_mean.Resize(N);
   a.lnf_rstd.Resize(N);
@@ -788,10 +790,26 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
 //   s2 = skip mid + alpha2 m (residual) or m;  out = LN2(s2) (post-LN) or s2.
 // Without an MLP, out = mid.
 Status Gpt::MlpBlockForward(int64_t l) {
+  const LayerActivations a = Layer(l);
+  if (mlp_chunk_ <= 0 || mlp_chunk_ >= N_) return MlpRowsForward(l, a, N_);
+  // A lean forward: rows [r0, r0 + n) at a time; the per-row buffers shifted to r0, the hidden
+  // ones (h, gelu, m) the chunk's own.
+  const int64_t C = config_.d_model;
+  for (int64_t r0 = 0; r0 < N_; r0 += mlp_chunk_) {
+    LayerActivations s = a;
+    const auto at = [r0](auto* p, int64_t width) { return p ? p + r0 * width : p; };
+    s.x = at(a.x, C), s.mid = at(a.mid, C), s.out = at(a.out, C);
+    s.ln2 = at(a.ln2, C), s.sum2 = at(a.sum2, C);
+    s.ln2_mean = at(a.ln2_mean, 1), s.ln2_rstd = at(a.ln2_rstd, 1);
+    ATTNLAB_RETURN_IF_ERROR(MlpRowsForward(l, s, std::min(mlp_chunk_, N_ - r0)));
+  }
+  return Status::Ok();
+}
+
+Status Gpt::MlpRowsForward(int64_t l, const LayerActivations& a, int64_t N) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
-  const int64_t N = N_, C = c.d_model, F = c.hidden();
-  const LayerActivations a = Layer(l);
+  const int64_t C = c.d_model, F = c.hidden();
   if (!c.mlp) {
     std::memcpy(a.out, a.mid, sizeof(float) * N * C);
     return Status::Ok();
@@ -820,7 +838,7 @@ Status Gpt::MlpBlockForward(int64_t l) {
   } else {
     LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
   }
-  if (Hooked(HookPoint::kMlpOut, l)) {
+  if (Hooked(HookPoint::kMlpOut, l)) {  // (a lean forward, the only chunked one, has no hooks)
     ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kMlpOut, l, a.m, {B_, Tm_, C}));
   }
   ResidualForward(norm, MlpResidual(c, lp, a));
@@ -936,6 +954,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   // A lean sequence-parallel forward (set_partial_forward): diagnostics over one long sequence.
   const bool lean = ring_ && !cache && !targets && skip_head_;
   one_layer_ = cache != nullptr || lean;
+  mlp_chunk_ = lean ? lean_mlp_rows_ : 0;
   const int64_t first = cache ? start_layer_ : 0;
   const int64_t rows_before = cache ? cache->size() : 0;
   if (first < 0 || first >= c.n_layer) {

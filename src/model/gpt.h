@@ -153,6 +153,10 @@ class Gpt {
   // keys and values gathered in each layer), a dedicated sink token, a key bias, linear or
   // sparse attention, and global_len > context.
   // Null comm: off.
+  // Rows per MLP chunk of a lean sequence-parallel Forward (set_partial_forward; default 1024):
+  // its MLP's hidden activations (SwiGLU: 3 x 4864 floats per row for Qwen2.5-0.5B) exist for
+  // one chunk at a time. Results do not depend on it beyond the weight products' blocking.
+  void set_lean_mlp_rows(int64_t rows) { lean_mlp_rows_ = std::max<int64_t>(1, rows); }
   void set_sequence_parallel(dist::Comm* comm, int64_t global_len) {
     ring_ = comm;
     ring_len_ = global_len;
@@ -267,6 +271,8 @@ class Gpt {
                       const AttentionTensor& q, const AttentionTensor& k_all);
   void QkNormForward(int64_t l);
   Status MlpBlockForward(int64_t l);
+  // The MLP sublayer on n rows whose activations `a` points at (MlpBlockForward's body).
+  Status MlpRowsForward(int64_t l, const LayerActivations& a, int64_t n);
   Status HeadForward(const int32_t* targets, double* loss);
   // Hooks: whether one wants point p of layer l; run it on a dense [shape] tensor; run it on
   // `heads` head vectors at column `offset` of each [N, Q] qkv row (copied out and back).
@@ -305,6 +311,11 @@ class Gpt {
   // Saved activations of the last Forward (sized for the largest N seen).
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
   int64_t capacity_layers_ = 0;  // layers the buffers hold: n_layer, or 1 (cached forwards)
+  // A lean forward runs the MLP on row chunks of mlp_chunk_ rows (0: all rows at once), its
+  // hidden buffers (h, gelu, m: fc_dim + hidden + d_model floats per row) sized for one chunk;
+  // capacity_mlp_ is the rows they hold.
+  int64_t mlp_chunk_ = 0, capacity_mlp_ = 0;
+  int64_t lean_mlp_rows_ = 1024;  // set_lean_mlp_rows
   bool has_targets_ = false;
   bool input_grad_ready_ = false;  // d_.residual holds dL/d residual(0) (input_gradient)
   // The last Forward kept the activations of one layer at a time (a cached Forward, or a lean
