@@ -157,8 +157,7 @@ Status TokenClassAccumulator::AddRowsAt(const AttentionParams& params, const flo
                                         int64_t q_row_stride, int64_t len_q, int64_t first,
                                         int64_t step, const AttentionTensor& k_all, int64_t len_k,
                                         std::span<const float> row_extra_logits) {
-  const int64_t Hq = heads_q_, Hkv = heads_kv_, hd = head_dim_, group = Hq / Hkv;
-  const int64_t keys = static_cast<int64_t>(labels_.size());
+  const int64_t Hq = heads_q_;
   if (!Supports(params)) return Status::InvalidArgument("token classes: softmax-family weights only");
   const auto pos = [&](int64_t i) { return first + i * step; };
   if (!row_extra_logits.empty() && static_cast<int64_t>(row_extra_logits.size()) != Hq * len_q) {
@@ -168,11 +167,31 @@ Status TokenClassAccumulator::AddRowsAt(const AttentionParams& params, const flo
   if (!mask.causal && (mask.window_left >= 0 || mask.window_right >= 0)) {
     return Status::InvalidArgument("token classes: a non-causal windowed mask is not supported");
   }
-  std::vector<int64_t> rows;  // the sampled rows of this call (indices into q)
+  std::vector<int64_t> sampled;  // the sampled rows of this call (indices into q)
   for (int64_t i = 0; i < len_q; ++i) {
-    if (pos(i) % stride_ == 0) rows.push_back(i);
+    if (pos(i) % stride_ == 0) sampled.push_back(i);
   }
-  if (rows.empty()) return Status::Ok();
+  // In blocks of kSampleBlock rows: the scores take Hq x rows x keys floats (a striped rank's
+  // whole window comes in one call: 512 rows x 32k keys x 14 heads would be 0.9 GB at once).
+  for (size_t b0 = 0; b0 < sampled.size(); b0 += kSampleBlock) {
+    const std::vector<int64_t> rows(
+        sampled.begin() + b0, sampled.begin() + std::min(sampled.size(), b0 + kSampleBlock));
+    ATTNLAB_RETURN_IF_ERROR(AddSampledRows(params, q, q_row_stride, len_q, first, step, k_all,
+                                           len_k, row_extra_logits, rows));
+  }
+  return Status::Ok();
+}
+
+// The sampled rows `rows` (indices into q, increasing) of AddRowsAt's call.
+Status TokenClassAccumulator::AddSampledRows(const AttentionParams& params, const float* q,
+                                             int64_t q_row_stride, int64_t len_q, int64_t first,
+                                             int64_t step, const AttentionTensor& k_all,
+                                             int64_t len_k, std::span<const float> row_extra_logits,
+                                             const std::vector<int64_t>& rows) {
+  const int64_t Hq = heads_q_, Hkv = heads_kv_, hd = head_dim_, group = Hq / Hkv;
+  const int64_t keys = static_cast<int64_t>(labels_.size());
+  const auto pos = [&](int64_t i) { return first + i * step; };
+  const AttentionMask& mask = params.mask;
   const int64_t R = static_cast<int64_t>(rows.size());
   const int64_t p_last = pos(rows.back());
   const int64_t L = mask.causal ? p_last + 1 : len_k;  // keys any sampled row may see

@@ -117,6 +117,11 @@ class TokenClassAccumulator {
   Status AddRowsAt(const AttentionParams& params, const float* q, int64_t q_row_stride,
                    int64_t len_q, int64_t first, int64_t step, const AttentionTensor& k_all,
                    int64_t len_k, std::span<const float> row_extra_logits);
+  static constexpr size_t kSampleBlock = 64;  // sampled rows scored at once
+  Status AddSampledRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
+                        int64_t len_q, int64_t first, int64_t step, const AttentionTensor& k_all,
+                        int64_t len_k, std::span<const float> row_extra_logits,
+                        const std::vector<int64_t>& rows);
   TokenClassOptions o_;
   int64_t heads_q_, heads_kv_, head_dim_;
   std::vector<uint32_t> labels_;  // the current window's key classes

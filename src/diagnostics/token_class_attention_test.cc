@@ -155,6 +155,8 @@ TEST(TokenClassAttention, StripedRowsRecombineToOneProcess) {
   std::vector<ClassCase> setups = Setups();
   setups.push_back(setups[0]);
   setups.back().keys = 2, setups.back().name = "two keys";
+  setups.push_back(setups[0]);  // 100+ sampled rows in one call: scored in blocks of 64
+  setups.back().keys = 230, setups.back().name = "230 keys, every row";
   for (size_t si = 0; si < setups.size(); ++si) {
     const ClassCase& s = setups[si];
     std::mt19937 rng(static_cast<uint32_t>(300 + si));
