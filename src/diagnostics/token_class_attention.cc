@@ -119,7 +119,6 @@ void TokenClassAccumulator::EndWindow() {
   std::vector<float>().swap(key_mass_);
   std::vector<uint32_t>().swap(labels_);
   std::vector<int32_t>().swap(prefix_);
-  std::vector<float>().swap(scores_);
 }
 
 Status TokenClassAccumulator::AddRows(const AttentionParams& params, const float* q,
@@ -197,8 +196,10 @@ Status TokenClassAccumulator::AddSampledRows(const AttentionParams& params, cons
   const int64_t L = mask.causal ? p_last + 1 : len_k;  // keys any sampled row may see
   const int64_t ld = (L + kPad - 1) / kPad * kPad;
   const double scale = params.scale ? *params.scale : 1.0 / std::sqrt(static_cast<double>(hd));
-  // scores_[h][r][0, ld): base-2 scores of sampled row r, -inf where invisible and as padding.
-  scores_.assign(Hq * R * ld, kNegInf);
+  // scores[h][r][0, ld): base-2 scores of sampled row r, -inf where invisible and as padding.
+  // This call's own (a member kept at its peak would hold Hq x 64 x keys floats per layer while
+  // a sequence-parallel window has every layer's accumulator open: 0.7 GB at 8k tokens).
+  std::vector<float> scores(Hq * R * ld, kNegInf);
   if (PlainMask(mask)) {
     // One GEMM per KV head over its group's query heads and the sampled rows; then causality
     // and mask_first_key by hand.
@@ -217,7 +218,7 @@ Status TokenClassAccumulator::AddSampledRows(const AttentionParams& params, cons
         for (int64_t r = 0; r < R; ++r) {
           const int64_t p = pos(rows[r]);
           const int64_t visible = mask.causal ? p + 1 : L;
-          float* dst = scores_.data() + ((g * group + e) * R + r) * ld;
+          float* dst = scores.data() + ((g * group + e) * R + r) * ld;
           std::copy_n(sb.data() + (e * R + r) * ld, visible, dst);
           if (mask.mask_first_key) dst[0] = kNegInf;
         }
@@ -235,7 +236,7 @@ Status TokenClassAccumulator::AddSampledRows(const AttentionParams& params, cons
       s.assign(Hq * (p + 1), 0.0f);
       ATTNLAB_RETURN_IF_ERROR(AttentionScores(shape, params, qv, k_all, s));
       for (int64_t h = 0; h < Hq; ++h) {
-        float* dst = scores_.data() + (h * R + r) * ld;
+        float* dst = scores.data() + (h * R + r) * ld;
         for (int64_t j = 0; j <= p; ++j) dst[j] = static_cast<float>(s[h * (p + 1) + j] * kLog2e);
       }
     }
@@ -247,7 +248,7 @@ Status TokenClassAccumulator::AddSampledRows(const AttentionParams& params, cons
     const int64_t i = rows[r], p = pos(i);
     bool any_row = false;
     for (int64_t h = 0; h < Hq; ++h) {
-      float* t = scores_.data() + (h * R + r) * ld;
+      float* t = scores.data() + (h * R + r) * ld;
       // The row's extra denominator terms, base 2: softmax1's e^0, a sink logit, key_bias's s*.
       std::vector<double> extra;
       if (params.softmax == SoftmaxKind::kSoftmax1) extra.push_back(0.0);

@@ -130,7 +130,6 @@ class TokenClassAccumulator {
   std::vector<float> key_mass_;   // [heads_q][keys] summed over the window's sampled rows
   std::vector<double> mass_, uniform_;  // [heads_q][classes] sums over rows
   int64_t rows_ = 0;
-  std::vector<float> scores_;     // [heads_q][ld] one row's base-2 scores
 };
 
 }  // namespace attnlab
