@@ -472,7 +472,8 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       }
       analysis_internal::WindowSums sums{&stats, c.output_gate ? &gates : nullptr,
                                          o.classes ? &classes : nullptr};
-      ATTNLAB_RETURN_IF_ERROR(analysis_internal::RunStripedWindow(model, seq, o, w, &sums, &r));
+      ATTNLAB_RETURN_IF_ERROR(
+          analysis_internal::RunStripedWindow(model, seq, o, w, &sums, &r, progress, n_windows));
       for (int64_t l = 0; l < L && o.classes; ++l) classes[l].EndWindow();
       classes_unsupported = classes_unsupported || sums.classes_unsupported;
       if (w == 0) r.passes = 1;

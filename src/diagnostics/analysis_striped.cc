@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "attnlab/thread_pool.h"
@@ -107,8 +108,9 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 class StripedObserver : public ForwardObserver {
  public:
   StripedObserver(const ModelConfig& c, const AnalysisOptions& o, int64_t w, int64_t T,
-                  WindowSums* sums, AnalysisResult* r)
-      : c_(c), o_(o), w_(w), T_(T), sums_(sums), r_(r) {
+                  WindowSums* sums, AnalysisResult* r, bool progress, int64_t n_windows)
+      : c_(c), o_(o), w_(w), T_(T), sums_(sums), r_(r), progress_(progress),
+        n_windows_(n_windows), start_(std::chrono::steady_clock::now()) {
     ro_.effective_rank = o.effective_rank;
   }
   bool TakesStripedRows() const override { return true; }
@@ -121,6 +123,18 @@ class StripedObserver : public ForwardObserver {
     const auto t1 = std::chrono::steady_clock::now();
     if (status_.ok()) status_ = Metrics(t);
     metrics_s_ += Seconds(t1);
+    if (progress_ && T_ >= 2048 && o_.comm->root()) {
+      const double done = Seconds(start_);
+      const double left = done / static_cast<double>(t.layer + 1) *
+                          static_cast<double>(c_.n_layer - 1 - t.layer);
+      std::fprintf(stderr,
+                   "analyze: window %ld/%ld (%ld tokens over %d ranks), layer %ld/%ld done: "
+                   "%.0f s in this window (its statistics %.1f s, metrics %.1f s), about %.0f s "
+                   "left of it\n",
+                   static_cast<long>(w_ + 1), static_cast<long>(n_windows_),
+                   static_cast<long>(T_), o_.comm->size(), static_cast<long>(t.layer + 1),
+                   static_cast<long>(c_.n_layer), done, stats_s_, metrics_s_, left);
+    }
   }
 
   Status status_;
@@ -272,18 +286,22 @@ class StripedObserver : public ForwardObserver {
   WindowSums* sums_;
   AnalysisResult* r_;
   RepresentationMetricsOptions ro_;
+  bool progress_;
+  int64_t n_windows_;
+  std::chrono::steady_clock::time_point start_;
   std::vector<float> key0_;  // [H, local rows] P[i, 0] from the statistics' pass
 };
 
 }  // namespace
 
 Status RunStripedWindow(Gpt& model, const std::vector<int32_t>& seq, const AnalysisOptions& o,
-                        int64_t w, WindowSums* sums, AnalysisResult* r) {
+                        int64_t w, WindowSums* sums, AnalysisResult* r, bool progress,
+                        int64_t n_windows) {
   dist::Comm& comm = *o.comm;
   const int64_t P = comm.size(), rank = comm.rank(), T = static_cast<int64_t>(seq.size());
   std::vector<int32_t> local;
   for (int64_t t = rank; t < T; t += P) local.push_back(seq[t]);
-  StripedObserver obs(model.config(), o, w, T, sums, r);
+  StripedObserver obs(model.config(), o, w, T, sums, r, progress, n_windows);
   Gpt::ForwardProfile prof;
   model.set_sequence_parallel(&comm, T);
   model.set_partial_forward(0, /*skip_head=*/true);

@@ -67,8 +67,11 @@ struct WindowSums {
 // of o.comm and adds its diagnostics to *r and sums; every rank calls it for every window. A
 // model the ring refuses (a dedicated sink token, a key bias, windows, ...) is an error on every
 // rank.
+// progress: rank 0 prints a line per layer on windows of >= 2048 tokens (what is done, and
+// what is left of this window at that pace; n_windows for the window count).
 Status RunStripedWindow(Gpt& model, const std::vector<int32_t>& seq, const AnalysisOptions& o,
-                        int64_t w, WindowSums* sums, AnalysisResult* r);
+                        int64_t w, WindowSums* sums, AnalysisResult* r, bool progress = false,
+                        int64_t n_windows = 1);
 
 }  // namespace attnlab::analysis_internal
 

@@ -347,6 +347,7 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   // refused after it) reuses one layer's buffers layer after layer, and two residual slots.
   const int64_t layers = one_layer_ ? 1 : c.n_layer;
   const int64_t mlp_rows = mlp_chunk_ > 0 ? std::min(N, mlp_chunk_) : N;
+  if (!one_layer_) EnsureGradientScratch(N);  // cached and lean Forwards refuse Backward
   if (N <= capacity_ && layers <= capacity_layers_ && mlp_rows <= capacity_mlp_) return;
   capacity_ = N;
   capacity_layers_ = layers;
@@ -378,6 +379,17 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   a.losses.Resize(N);
   // head_.values ([N, V], the largest buffer) is sized by HeadForward: a Forward that skips the
   // head (set_partial_forward) never allocates it.
+}
+
+// The backward's per-row scratch (about 24k floats per row for Qwen2.5-0.5B's shapes: 1.6 GB
+// at 16k rows), for N rows; only Forwards that Backward may follow allocate it.
+void Gpt::EnsureGradientScratch(int64_t N) {
+  if (N <= grad_rows_) return;
+  grad_rows_ = N;
+  const ModelConfig& c = config_;
+  const int64_t C = c.d_model, F = c.hidden(), H = c.n_head;
+  const int64_t Q = c.qkv_dim(), A = c.attn_dim(), F1 = c.fc_dim();
+  const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
   Gradients& d = d_;
   for (auto* s : {&d.residual, &d.mid, &d.o, &d.attn_in}) s->Resize(N * C);
   d.attg.Resize(N * A);

@@ -315,6 +315,8 @@ class Gpt {
   // hidden buffers (h, gelu, m: fc_dim + hidden + d_model floats per row) sized for one chunk;
   // capacity_mlp_ is the rows they hold.
   int64_t mlp_chunk_ = 0, capacity_mlp_ = 0;
+  int64_t grad_rows_ = 0;  // rows the backward's scratch d_ holds (EnsureGradientScratch)
+  void EnsureGradientScratch(int64_t N);
   int64_t lean_mlp_rows_ = 1024;  // set_lean_mlp_rows
   bool has_targets_ = false;
   bool input_grad_ready_ = false;  // d_.residual holds dL/d residual(0) (input_gradient)
