@@ -31,25 +31,43 @@ bool Visible(const AttentionMask& m, int64_t p, int64_t j, int64_t len_k) {
   return true;
 }
 
-void CheckAgainstBruteForce(const ClassCase& s, uint32_t seed) {
+// A case's random inputs: q [N, Hq hd], k [Hkv, N, hd] (kv views it), extra logits [Hq, N], key
+// classes (delimiters, deciles; key 0 special) and the accumulator's options.
+struct CaseInputs {
+  std::vector<float> q, k, extra;
+  std::vector<uint32_t> labels;
+  TokenClassOptions options;
+  AttentionTensor kv;
+};
+
+CaseInputs MakeInputs(const ClassCase& s, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t Hq = s.hq, Hkv = s.hkv, hd = s.hd, N = s.keys;
+  CaseInputs in;
+  in.q.resize(N * Hq * hd), in.k.resize(Hkv * N * hd), in.extra.resize(Hq * N);
+  for (float& x : in.q) x = nd(rng) * 1.5f;
+  for (float& x : in.k) x = nd(rng);
+  for (float& x : in.extra) x = nd(rng);
+  in.labels.resize(N);
+  for (auto& l : in.labels) l = (rng() % 3 == 0 ? 1u << kClassDelimiter : 0u) | (1u << (kClassDecile1 + rng() % 10));
+  in.labels[0] |= 1u << kClassSpecial;
+  in.options.first_k = 3, in.options.recent = 5, in.options.rows_per_window = s.rows_per_window;
+  in.kv.data = in.k.data(), in.kv.size = static_cast<int64_t>(in.k.size());
+  in.kv.stride_token = hd, in.kv.stride_head = N * hd, in.kv.stride_batch = Hkv * N * hd;
+  return in;
+}
+
+void CheckAgainstBruteForce(const ClassCase& s, uint32_t seed) {
   const int64_t Hq = s.hq, Hkv = s.hkv, hd = s.hd, N = s.keys, Q = Hq * hd;
-  std::vector<float> q(N * Q), k(Hkv * N * hd), extra(Hq * N);
-  for (float& x : q) x = nd(rng) * 1.5f;
-  for (float& x : k) x = nd(rng);
-  for (float& x : extra) x = nd(rng);
-  std::vector<uint32_t> labels(N);
-  for (auto& l : labels) l = (rng() % 3 == 0 ? 1u << kClassDelimiter : 0u) | (1u << (kClassDecile1 + rng() % 10));
-  labels[0] |= 1u << kClassSpecial;
-  TokenClassOptions o;
-  o.first_k = 3, o.recent = 5, o.rows_per_window = s.rows_per_window;
+  const CaseInputs in = MakeInputs(s, seed);
+  const std::vector<float>&q = in.q, &k = in.k, &extra = in.extra;
+  const std::vector<uint32_t>& labels = in.labels;
+  const TokenClassOptions& o = in.options;
+  const AttentionTensor& kv = in.kv;
   auto acc = TokenClassAccumulator::Create(o, Hq, Hkv, hd);
   ASSERT_TRUE(acc.ok());
   ASSERT_TRUE(acc.value().BeginWindow(labels).ok());
-  AttentionTensor kv;
-  kv.data = k.data(), kv.size = static_cast<int64_t>(k.size());
-  kv.stride_token = hd, kv.stride_head = N * hd, kv.stride_batch = Hkv * N * hd;
   // Chunks of uneven size; the keys seen so far are [0, end).
   for (int64_t start = 0, c = 0; start < N; ++c) {
     // (Rows are the last len_q of the keys seen: a non-causal window comes in one chunk.)
@@ -159,20 +177,12 @@ TEST(TokenClassAttention, StripedRowsRecombineToOneProcess) {
   setups.back().keys = 230, setups.back().name = "230 keys, every row";
   for (size_t si = 0; si < setups.size(); ++si) {
     const ClassCase& s = setups[si];
-    std::mt19937 rng(static_cast<uint32_t>(300 + si));
-    std::normal_distribution<float> nd(0.0f, 1.0f);
     const int64_t Hq = s.hq, Hkv = s.hkv, hd = s.hd, N = s.keys, Q = Hq * hd;
-    std::vector<float> q(N * Q), k(Hkv * N * hd), extra(Hq * N);
-    for (float& x : q) x = nd(rng) * 1.5f;
-    for (float& x : k) x = nd(rng);
-    for (float& x : extra) x = nd(rng);
-    std::vector<uint32_t> labels(N);
-    for (auto& l : labels) l = (rng() % 3 == 0 ? 1u << kClassDelimiter : 0u) | (1u << (kClassDecile1 + rng() % 10));
-    TokenClassOptions o;
-    o.first_k = 3, o.recent = 5, o.rows_per_window = s.rows_per_window;
-    AttentionTensor kv;
-    kv.data = k.data(), kv.size = static_cast<int64_t>(k.size());
-    kv.stride_token = hd, kv.stride_head = N * hd, kv.stride_batch = Hkv * N * hd;
+    const CaseInputs in = MakeInputs(s, static_cast<uint32_t>(300 + si));
+    const std::vector<float>&q = in.q, &extra = in.extra;
+    const std::vector<uint32_t>& labels = in.labels;
+    const TokenClassOptions& o = in.options;
+    const AttentionTensor& kv = in.kv;
     auto one = TokenClassAccumulator::Create(o, Hq, Hkv, hd);
     ASSERT_TRUE(one.ok());
     ASSERT_TRUE(one.value().BeginWindow(labels).ok());
