@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +83,7 @@ struct Case {
   int64_t B, Hq, Hkv, N, D;
   bool causal, mask_first;
   SoftmaxKind softmax;
+  int64_t query_chunk = 1024;  // RingShape::query_chunk: small ones cross chunk boundaries
 };
 
 void RunCase(const Case& c) {
@@ -90,7 +92,8 @@ void RunCase(const Case& c) {
   const std::string what = "N " + std::to_string(c.N) + " heads " + std::to_string(c.Hq) + "/" +
                            std::to_string(c.Hkv) + " causal " + std::to_string(c.causal) +
                            " mask_first " + std::to_string(c.mask_first) + " softmax " +
-                           std::to_string(static_cast<int>(c.softmax));
+                           std::to_string(static_cast<int>(c.softmax)) + " query chunk " +
+                           std::to_string(c.query_chunk);
   const int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, N = c.N, D = c.D;
   const uint32_t seed = static_cast<uint32_t>(N * 131 + Hq * 7 + Hkv);
   std::vector<float> q = Random(B * Hq * N * D, seed, 1.0f), k = Random(B * Hkv * N * D, seed + 1, 1.0f);
@@ -120,9 +123,10 @@ void RunCase(const Case& c) {
   const int64_t n = dist::RingLocalLength(N, r, P);
   std::vector<float> lq = Stripe(q, B, Hq, N, D, r, P), lk = Stripe(k, B, Hkv, N, D, r, P);
   std::vector<float> lv = Stripe(v, B, Hkv, N, D, r, P), ld = Stripe(dout, B, Hq, N, D, r, P);
-  std::vector<float> lo(lq.size()), llse(B * Hq * n), ldq(lq.size()), ldk(lk.size()), ldv(lv.size());
+  // out starts as NaN: the forward must overwrite every element, not add to what was there.
+  std::vector<float> lo(lq.size(), std::numeric_limits<float>::quiet_NaN()), llse(B * Hq * n), ldq(lq.size()), ldk(lk.size()), ldv(lv.size());
   std::vector<float> lds(Hq, 0.0f);
-  const dist::RingShape rs{B, Hq, Hkv, N, D};
+  const dist::RingShape rs{B, Hq, Hkv, N, D, c.query_chunk};
   auto vq = ContiguousView<const float>(lq.data(), B, Hq, n, D);
   auto vk = ContiguousView<const float>(lk.data(), B, Hkv, n, D);
   auto vv = ContiguousView<const float>(lv.data(), B, Hkv, n, D);
@@ -180,6 +184,16 @@ int main(int argc, char** argv) {
     cases.push_back({1, 2, 2, 19, 8, false, false, sm});
   }
   cases.push_back({1, 2, 1, 300, 64, true, false, SoftmaxKind::kStandard});  // several blocks
+  // The forward's query chunks: boundaries inside every block (1 row, 5 rows, and one that
+  // leaves a short last chunk), for each mask and softmax.
+  for (int64_t qc : {int64_t{1}, int64_t{5}, int64_t{16}}) {
+    for (int mask = 0; mask < 3; ++mask) {
+      cases.push_back({2, 4, 2, 41, 8, mask >= 1, mask == 2, SoftmaxKind::kStandard, qc});
+    }
+    for (SoftmaxKind sm : {SoftmaxKind::kSoftmax1, SoftmaxKind::kSinkLogit, SoftmaxKind::kSigmoid}) {
+      cases.push_back({1, 3, 1, 37, 8, true, qc == 5, sm, qc});
+    }
+  }
   for (const Case& c : cases) RunCase(c);
   // Bad input: an error on every rank.
   AttentionParams causal;

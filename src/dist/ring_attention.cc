@@ -219,8 +219,15 @@ Status RingAttentionForward(Comm& comm, const RingShape& shape, const AttentionP
   KvBuffer cur = MakeKv(shape, n0), next = MakeKv(shape, n0);
   CopyRows(cur.View(0), k, B, shape.heads_kv, nq, hd, false);
   CopyRows(cur.View(1), v, B, shape.heads_kv, nq, hd, false);
-  std::vector<float> acc_buf, o_buf, lse_b;
-  TensorView4<float> acc = Contiguous(acc_buf, B, Hq, nq, hd);
+  // `out` accumulates the blocks' merged outputs (it may not overlap q, k or v); each block is
+  // computed shape.query_chunk query rows at a time, so the only per-row scratch is K/V in flight.
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t i = 0; i < nq; ++i) std::fill_n(out.at(b, h, i), hd, 0.0f);
+    }
+  }
+  const int64_t chunk = std::max<int64_t>(1, shape.query_chunk);
+  std::vector<float> o_buf, lse_b;
   std::vector<double> lse_acc(B * Hq * nq, -std::numeric_limits<double>::infinity());
   const bool sigmoid = params.softmax == SoftmaxKind::kSigmoid;
   std::vector<Request> pending;
@@ -234,27 +241,32 @@ Status RingAttentionForward(Comm& comm, const RingShape& shape, const AttentionP
     }
     const double c0 = Now();
     const Block blk = BlockOf(params.mask.causal, r, s, nq, RingLocalLength(shape.global_len, s, P));
-    if (blk.lq > 0 && blk.lk > 0) {
-      const AttentionShape bs{B, Hq, shape.heads_kv, blk.lq, blk.lk, hd};
-      TensorView4<float> ob = Contiguous(o_buf, B, Hq, blk.lq, hd);
-      lse_b.assign(B * Hq * blk.lq, 0.0f);
-      ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(bs, BlockParams(params, s), RowsFrom(q, blk.q0),
-                                                    cur.CView(0), cur.CView(1), ob, lse_b));
+    const AttentionParams bp = BlockParams(params, s);
+    // Query rows [c, c + m) of the block: a causal square's rows see keys [0, c + m) (the
+    // engine's bottom-right alignment keeps their diagonal), a rectangle's every key.
+    for (int64_t c = 0; blk.lk > 0 && c < blk.lq; c += chunk) {
+      const int64_t m = std::min(chunk, blk.lq - c);
+      const int64_t keys = params.mask.causal ? c + m : blk.lk;
+      const AttentionShape bs{B, Hq, shape.heads_kv, m, keys, hd};
+      TensorView4<float> ob = Contiguous(o_buf, B, Hq, m, hd);
+      lse_b.assign(B * Hq * m, 0.0f);
+      ATTNLAB_RETURN_IF_ERROR(AttentionForwardFlash(bs, bp, RowsFrom(q, blk.q0 + c), cur.CView(0),
+                                                    cur.CView(1), ob, lse_b));
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t h = 0; h < Hq; ++h) {
-          for (int64_t i = 0; i < blk.lq; ++i) {
-            float* o = acc.at(b, h, blk.q0 + i);
+          for (int64_t i = 0; i < m; ++i) {
+            float* o = out.at(b, h, blk.q0 + c + i);
             const float* x = ob.at(b, h, i);
             if (sigmoid) {  // unnormalised weights: the blocks' outputs add
               for (int64_t e = 0; e < hd; ++e) o[e] += x[e];
               continue;
             }
             // Log-sum-exp merge of (o, la) with the block's (x, lb); NaN propagates.
-            const double lb = lse_b[(b * Hq + h) * blk.lq + i];
-            double& la = lse_acc[(b * Hq + h) * nq + blk.q0 + i];
+            const double lb = lse_b[(b * Hq + h) * m + i];
+            double& la = lse_acc[(b * Hq + h) * nq + blk.q0 + c + i];
             if (lb == -std::numeric_limits<double>::infinity()) continue;
-            const double m = std::isnan(la) ? la : std::max(la, lb);
-            const double l = m + std::log(std::exp(la - m) + std::exp(lb - m));
+            const double mx = std::isnan(la) ? la : std::max(la, lb);
+            const double l = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
             const float wa = static_cast<float>(std::exp(la - l));
             const float wb = static_cast<float>(std::exp(lb - l));
             for (int64_t e = 0; e < hd; ++e) o[e] = wa * o[e] + wb * x[e];
@@ -269,7 +281,7 @@ Status RingAttentionForward(Comm& comm, const RingShape& shape, const AttentionP
       std::swap(cur, next);
     }
   }
-  // The extra softmax term (softmax1: e^0, sink logit: e^b_h), once per row; then the outputs.
+  // The extra softmax term (softmax1: e^0, sink logit: e^b_h), once per row; then the lse.
   const bool extra = params.softmax == SoftmaxKind::kSoftmax1 ||
                      params.softmax == SoftmaxKind::kSinkLogit;
   for (int64_t b = 0; b < B; ++b) {
@@ -277,15 +289,14 @@ Status RingAttentionForward(Comm& comm, const RingShape& shape, const AttentionP
       const double bias = params.softmax == SoftmaxKind::kSinkLogit ? params.sink_logits[h] : 0.0;
       for (int64_t i = 0; i < nq; ++i) {
         double& la = lse_acc[(b * Hq + h) * nq + i];
-        float* o = acc.at(b, h, i);
         if (extra) {
-          const double m = std::isnan(la) ? la : std::max(la, bias);
-          const double l = m + std::log(std::exp(la - m) + std::exp(bias - m));
+          float* o = out.at(b, h, i);
+          const double mx = std::isnan(la) ? la : std::max(la, bias);
+          const double l = mx + std::log(std::exp(la - mx) + std::exp(bias - mx));
           const float w = static_cast<float>(std::exp(la - l));
           for (int64_t e = 0; e < hd; ++e) o[e] *= w;
           la = l;
         }
-        std::copy(o, o + hd, out.at(b, h, i));
         if (!lse.empty()) lse[(b * Hq + h) * nq + i] = sigmoid ? 0.0f : static_cast<float>(la);
       }
     }

@@ -45,6 +45,10 @@ struct RingShape {
   int64_t heads_kv = 1;
   int64_t global_len = 1;  // N, the whole sequence
   int64_t head_dim = 1;
+  // Query rows per flash call in the forward (a local choice, not compared across ranks): the
+  // forward's scratch is [batch, heads_q, query_chunk, head_dim] besides the K/V in flight.
+  // Results do not depend on it beyond rounding (tests use small chunks to cross boundaries).
+  int64_t query_chunk = 1024;
 };
 
 // Tokens rank r of P holds: ceil((N - r) / P) (0 when N <= r).
@@ -59,7 +63,8 @@ struct RingStats {
 };
 
 // q: [batch, heads_q, n_r, head_dim], k, v: [batch, heads_kv, n_r, head_dim] (n_r this rank's
-// RingLocalLength), any strides; out like q; lse: [batch * heads_q * n_r] or empty.
+// RingLocalLength), any strides; out like q (it must not overlap them: it accumulates the
+// blocks' outputs); lse: [batch * heads_q * n_r] or empty.
 Status RingAttentionForward(Comm& comm, const RingShape& shape, const AttentionParams& params,
                             const AttentionTensor& q, const AttentionTensor& k,
                             const AttentionTensor& v, const AttentionTensorMut& out,

@@ -135,7 +135,10 @@ TEST(Manipulation, CleanAndImposedPatterns) {
   auto none = obj->EvaluateImposed(ImposedPattern::kNone, 1);
   ASSERT_TRUE(none.ok());
   EXPECT_NEAR(none->mass, clean.mass, 1e-5);
-  EXPECT_LT(none->kl, 1e-8);
+  // Not 0: the two kernels' logits differ by fp32 rounding, and the KL sums p (log p_clean -
+  // log p) over fp32 probabilities (~1e-7 relative each): 1.1e-8 on the AVX2 kernels of a Zen 3.
+  // 1e-6 is far below any imposed pattern's KL.
+  EXPECT_LT(none->kl, 1e-6);
   EXPECT_EQ(none->top1, 1.0);
   auto on = obj->EvaluateImposed(ImposedPattern::kOnTarget, 1);
   ASSERT_TRUE(on.ok());

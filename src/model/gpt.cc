@@ -299,14 +299,16 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   auto slice = [s](AlignedBuffer<float>& b, int64_t per_layer) {
     return b.size() == 0 ? nullptr : b.data() + s * per_layer;
   };
+  // R: rows of the row-local buffers (a lean forward's chunk, else N; RowChunk shifts the rest).
+  const int64_t R = row_chunk_ > 0 ? std::min(N, row_chunk_) : N;
   LayerActivations v;
   v.x = a.res.data() + ResidualSlot(l) * N * C;
-  v.mid = slice(a.mid, N * C);
+  v.mid = slice(a.mid, R * C);
   v.out = a.res.data() + ResidualSlot(l + 1) * N * C;
-  v.ln1 = slice(a.ln1, N * C), v.ln2 = slice(a.ln2, N * C);
-  v.sum1 = slice(a.sum1, N * C), v.sum2 = slice(a.sum2, N * C);
-  v.ln1_mean = slice(a.ln1_mean, N), v.ln1_rstd = slice(a.ln1_rstd, N);
-  v.ln2_mean = slice(a.ln2_mean, N), v.ln2_rstd = slice(a.ln2_rstd, N);
+  v.ln1 = slice(a.ln1, R * C), v.ln2 = slice(a.ln2, R * C);
+  v.sum1 = slice(a.sum1, R * C), v.sum2 = slice(a.sum2, R * C);
+  v.ln1_mean = slice(a.ln1_mean, R), v.ln1_rstd = slice(a.ln1_rstd, R);
+  v.ln2_mean = slice(a.ln2_mean, R), v.ln2_rstd = slice(a.ln2_rstd, R);
   v.qkv = slice(a.qkv, N * Q);
   v.qk_raw = slice(a.qk_raw, N * QK);
   v.qk_rstd = slice(a.qk_rstd, N * (H + c.kv_heads()));
@@ -314,11 +316,35 @@ Gpt::LayerActivations Gpt::Layer(int64_t l) {
   v.lse = slice(a.lse, N * H);
   v.kb_logit = slice(a.kb_logit, N * H);
   v.gate = slice(a.gate, N * c.gate_dim());
-  v.attg = slice(a.attg, N * A);
-  v.o = slice(a.o, N * C);
-  v.h = slice(a.h, N * F1), v.gelu = slice(a.gelu, N * F);
-  v.m = slice(a.m, N * C);
+  v.attg = slice(a.attg, R * A);
+  v.o = slice(a.o, R * C);
+  v.h = slice(a.h, R * F1), v.gelu = slice(a.gelu, R * F);
+  v.m = slice(a.m, R * C);
   return v;
+}
+
+// Rows [r0, ...) of a lean forward's layer: the tensors that hold every row shifted to r0, the
+// row-local ones (one chunk's rows) as they are.
+Gpt::LayerActivations Gpt::RowChunk(const LayerActivations& a, int64_t r0) const {
+  const ModelConfig& c = config_;
+  const int64_t C = c.d_model;
+  const auto at = [r0](float* p, int64_t width) { return p ? p + r0 * width : p; };
+  LayerActivations s = a;
+  s.x = at(a.x, C), s.out = at(a.out, C);
+  s.qkv = at(a.qkv, c.qkv_dim());
+  s.att = at(a.att, c.attn_dim());
+  s.gate = at(a.gate, c.gate_dim());
+  return s;
+}
+
+// fn(rows, n) over every row at once, or a lean forward's chunks of row_chunk_ rows.
+Status Gpt::ForEachRowChunk(const LayerActivations& a,
+                            const std::function<Status(const LayerActivations&, int64_t)>& fn) {
+  if (row_chunk_ <= 0 || row_chunk_ >= N_) return fn(a, N_);
+  for (int64_t r0 = 0; r0 < N_; r0 += row_chunk_) {
+    ATTNLAB_RETURN_IF_ERROR(fn(RowChunk(a, r0), std::min(row_chunk_, N_ - r0)));
+  }
+  return Status::Ok();
 }
 
 AttentionParams Gpt::MakeAttentionParams(int64_t l) const {
@@ -346,33 +372,38 @@ void Gpt::EnsureActivations(int64_t B, int64_t Tm) {
   // Backward needs every layer's activations; a cached or lean forward (inference: Backward is
   // refused after it) reuses one layer's buffers layer after layer, and two residual slots.
   const int64_t layers = one_layer_ ? 1 : c.n_layer;
-  const int64_t mlp_rows = mlp_chunk_ > 0 ? std::min(N, mlp_chunk_) : N;
+  // R: rows of the row-local buffers (one chunk of a lean forward, else every row).
+  const int64_t R = row_chunk_ > 0 ? std::min(N, row_chunk_) : N;
   if (!one_layer_) EnsureGradientScratch(N);  // cached and lean Forwards refuse Backward
-  if (N <= capacity_ && layers <= capacity_layers_ && mlp_rows <= capacity_mlp_) return;
+  const bool raw = c.qk_norm && !one_layer_;  // qk_norm's inputs, for the backward only
+  if (N <= capacity_ && layers <= capacity_layers_ && R <= capacity_chunk_ &&
+      (!raw || acts_.qk_raw.size() > 0)) {
+    return;
+  }
   capacity_ = N;
   capacity_layers_ = layers;
-  capacity_mlp_ = mlp_rows;
+  capacity_chunk_ = R;
   const bool pre = c.norm == NormPlacement::kPre, post = c.norm == NormPlacement::kPost;
   Activations& a = acts_;
   a.res.Resize((layers == 1 ? 2 : layers + 1) * N * C);
-  a.mid.Resize(layers * N * C);
-  a.ln1.Resize(pre ? layers * N * C : 0);
-  a.ln2.Resize(pre && c.mlp ? layers * N * C : 0);
-  a.sum1.Resize(post ? layers * N * C : 0);
-  a.sum2.Resize(post && c.mlp ? layers * N * C : 0);
-  for (auto* s : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) s->Resize(layers * N);
+  a.mid.Resize(layers * R * C);
+  a.ln1.Resize(pre ? layers * R * C : 0);
+  a.ln2.Resize(pre && c.mlp ? layers * R * C : 0);
+  a.sum1.Resize(post ? layers * R * C : 0);
+  a.sum2.Resize(post && c.mlp ? layers * R * C : 0);
+  for (auto* s : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) s->Resize(layers * R);
   a.qkv.Resize(layers * N * Q);
-  a.qk_raw.Resize(c.qk_norm ? layers * N * QK : 0);
-  a.qk_rstd.Resize(c.qk_norm ? layers * N * Hqk : 0);
+  a.qk_raw.Resize(raw ? layers * N * QK : 0);
+  a.qk_rstd.Resize(raw ? layers * N * Hqk : 0);
   a.att.Resize(layers * N * A);
   a.lse.Resize(layers * N * H);
   a.kb_logit.Resize(c.key_bias ? layers * N * H : 0);
   a.gate.Resize(layers * N * c.gate_dim());
-  a.attg.Resize(c.output_gate ? layers * N * A : 0);
-  a.o.Resize(layers * N * C);
-  a.h.Resize(c.mlp ? layers * mlp_rows * F1 : 0);
-  a.gelu.Resize(c.mlp ? layers * mlp_rows * F : 0);
-  a.m.Resize(c.mlp ? layers * mlp_rows * C : 0);
+  a.attg.Resize(c.output_gate ? layers * R * A : 0);
+  a.o.Resize(layers * R * C);
+  a.h.Resize(c.mlp ? layers * R * F1 : 0);
+  a.gelu.Resize(c.mlp ? layers * R * F : 0);
+  a.m.Resize(c.mlp ? layers * R * C : 0);
   a.lnf.Resize(pre ? N * C : 0);
   a.lnf_mean.Resize(N);
   a.lnf_rstd.Resize(N);
@@ -607,31 +638,24 @@ void Gpt::AddPositions(float* x) {
 //   a_in = LN1(x) (pre-LN) or x;  qkv = a_in W_qkv + b (RoPE on q, k);  att = attention;
 //   attg = g * att, g = sigmoid(a_in W_g + b_g) (output gate) or att;  o = attg W_proj + b;
 //   s1 = skip x + alpha1 o (residual) or o;  mid = LN1(s1) (post-LN) or s1.
-// Fills what the observer sees of the attention (*seen).
+// Here up to att (row-local qkv through AttentionInputRows); LayerRowsForward does the rest,
+// with the MLP. Fills what the observer sees of the attention (*seen).
 Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache* cache,
                                   LayerTensors* seen) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
-  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head, A = c.attn_dim();
+  const int64_t B = B_, Tm = Tm_, N = N_, C = c.d_model, H = c.n_head;
   const int64_t Hkv = c.kv_heads(), hd = c.head_dim(), Q = c.qkv_dim();
   const LayerParams& lp = params_.ptrs().layers[l];
   const LayerActivations a = Layer(l);
-  const Norm norm{c, N, tp};
   const bool pre = c.norm == NormPlacement::kPre;
 
   if (Hooked(HookPoint::kResidPre, l)) {
     ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidPre, l, a.x, {B, Tm, C}));
   }
-  const float* a_in = a.x;
-  if (pre) {
-    norm.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
-    a_in = a.ln1;
-  }
-  if (mats_) {
-    internal::MatmulWeightT(N, a_in, mats_->layers[l].qkv, lp.qkv_b, a.qkv, &tp);
-  } else {
-    LinearForward(N, C, Q, a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
-  }
+  ATTNLAB_RETURN_IF_ERROR(ForEachRowChunk(a, [&](const LayerActivations& r, int64_t n) {
+    return AttentionInputRows(l, r, n);
+  }));
   if (c.qk_norm) QkNormForward(l);
   if (hooks_) {
     ATTNLAB_RETURN_IF_ERROR(HookHeads(HookPoint::kQ, l, a.qkv, 0, H));
@@ -669,40 +693,11 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
     if (Hooked(HookPoint::kZ, l)) ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kZ, l, a.att, {B, Tm, H, hd}));
   }
 
-  const float* attg = a.att;
-  if (c.output_gate) {
-    // g = sigmoid(a_in W_g + b_g), [N, G]: headwise (G = H) attg[n, h, :] = g[n, h] att[n, h, :];
-    // elementwise (G = A) attg[n, i] = g[n, i] att[n, i].
-    float* g = a.gate;
-    const int64_t G = c.gate_dim();
-    LinearForward(N, C, G, a_in, lp.gate_w, lp.gate_b, g, &tp);
-    const int64_t per_gate = A / G;  // hd headwise, 1 elementwise
-    tp.ParallelFor(N, [&](int64_t n, int) {
-      for (int64_t e = 0; e < G; ++e) {
-        float& gv = g[n * G + e];
-        gv = 1.0f / (1.0f + std::exp(-gv));
-        for (int64_t d = e * per_gate; d < (e + 1) * per_gate; ++d) {
-          a.attg[n * A + d] = gv * a.att[n * A + d];
-        }
-      }
-    });
-    attg = a.attg;
-  }
-  if (mats_) {
-    internal::MatmulWeightT(N, attg, mats_->layers[l].proj, lp.proj_b, a.o, &tp);
-  } else {
-    LinearForward(N, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
-  }
-  if (Hooked(HookPoint::kAttnOut, l)) {
-    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kAttnOut, l, a.o, {B, Tm, C}));
-  }
-  ResidualForward(norm, AttentionResidual(c, lp, a));
-  if (Hooked(HookPoint::kResidMid, l)) {
-    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidMid, l, a.mid, {B, Tm, C}));
-  }
-
   seen->layer = l, seen->batch = B, seen->len = Tm, seen->len_k = shape.len_k;
-  seen->residual_in = a.x, seen->attn_in = a_in, seen->qkv = a.qkv;
+  // A lean forward's normalised inputs exist one chunk at a time: none to hand out.
+  const bool chunked = row_chunk_ > 0 && row_chunk_ < N;
+  seen->residual_in = a.x, seen->qkv = a.qkv;
+  seen->attn_in = chunked ? nullptr : pre ? a.ln1 : a.x;
   seen->k_all = k_all, seen->v_all = v_all;
   if (ring_ && observer_) {  // the observer sees the whole sequence's keys and values
     ATTNLAB_RETURN_IF_ERROR(GatherStripedKv(Const(views.k), Const(views.v), B, Tm, seen));
@@ -711,6 +706,71 @@ Status Gpt::AttentionBlockForward(int64_t l, const AttentionParams& ap, KvCache*
   seen->key_bias_logits = lp.key_bias ? a.kb_logit : nullptr;
   seen->gate = c.output_gate ? a.gate : nullptr;
   return Status::Ok();
+}
+
+// The attention sublayer's row-local input part on n rows of `a` (all rows, or a lean chunk):
+// a_in = LN1(x) (pre-LN) or x, then qkv = a_in W_qkv + b.
+Status Gpt::AttentionInputRows(int64_t l, const LayerActivations& a, int64_t n) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const float* a_in = a.x;
+  if (c.norm == NormPlacement::kPre) {
+    Norm{c, n, tp}.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    a_in = a.ln1;
+  }
+  if (mats_) {
+    internal::MatmulWeightT(n, a_in, mats_->layers[l].qkv, lp.qkv_b, a.qkv, &tp);
+  } else {
+    LinearForward(n, c.d_model, c.qkv_dim(), a_in, lp.qkv_w, lp.qkv_b, a.qkv, &tp);
+  }
+  return Status::Ok();
+}
+
+// After the attention, on n rows of `a` (all rows, or a lean chunk): the output gate, the
+// projection o = attg W_proj + b and the residual to mid, then the MLP sublayer to out. A lean
+// chunk's LN1 (the gate's input) is recomputed: its input part's chunk buffer was reused.
+Status Gpt::LayerRowsForward(int64_t l, const LayerActivations& a, int64_t n, bool chunked) {
+  const ModelConfig& c = config_;
+  ThreadPool& tp = *pool();
+  const int64_t C = c.d_model, A = c.attn_dim();
+  const LayerParams& lp = params_.ptrs().layers[l];
+  const Norm norm{c, n, tp};
+  const bool pre = c.norm == NormPlacement::kPre;
+  const float* attg = a.att;
+  if (c.output_gate) {
+    // g = sigmoid(a_in W_g + b_g), [n, G]: headwise (G = H) attg[i, h, :] = g[i, h] att[i, h, :];
+    // elementwise (G = A) attg[i, e] = g[i, e] att[i, e].
+    if (pre && chunked) norm.Forward(a.x, lp.ln1_w, lp.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    const float* a_in = pre ? a.ln1 : a.x;
+    float* g = a.gate;
+    const int64_t G = c.gate_dim();
+    LinearForward(n, C, G, a_in, lp.gate_w, lp.gate_b, g, &tp);
+    const int64_t per_gate = A / G;  // hd headwise, 1 elementwise
+    tp.ParallelFor(n, [&](int64_t i, int) {
+      for (int64_t e = 0; e < G; ++e) {
+        float& gv = g[i * G + e];
+        gv = 1.0f / (1.0f + std::exp(-gv));
+        for (int64_t d = e * per_gate; d < (e + 1) * per_gate; ++d) {
+          a.attg[i * A + d] = gv * a.att[i * A + d];
+        }
+      }
+    });
+    attg = a.attg;
+  }
+  if (mats_) {
+    internal::MatmulWeightT(n, attg, mats_->layers[l].proj, lp.proj_b, a.o, &tp);
+  } else {
+    LinearForward(n, A, C, attg, lp.proj_w, lp.proj_b, a.o, &tp);
+  }
+  if (Hooked(HookPoint::kAttnOut, l)) {  // (hooks: never chunked, n = N)
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kAttnOut, l, a.o, {B_, Tm_, C}));
+  }
+  ResidualForward(norm, AttentionResidual(c, lp, a));
+  if (Hooked(HookPoint::kResidMid, l)) {
+    ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidMid, l, a.mid, {B_, Tm_, C}));
+  }
+  return MlpRowsForward(l, a, n);
 }
 
 // Every rank's keys and values of the sequence-parallel forward's layer, in position order, into
@@ -797,27 +857,10 @@ Status Gpt::AttentionCoreForward(int64_t l, const AttentionParams& ap, KvCache* 
                                std::span<float>(a.lse, N * H));
 }
 
-// The MLP sublayer of layer l, from mid to out (Layer(l)):
+// The MLP sublayer of layer l on N rows of `a`, from mid to out:
 //   m_in = LN2(mid) (pre-LN) or mid;  m = gelu(m_in W_fc + b) W_proj + b;
 //   s2 = skip mid + alpha2 m (residual) or m;  out = LN2(s2) (post-LN) or s2.
 // Without an MLP, out = mid.
-Status Gpt::MlpBlockForward(int64_t l) {
-  const LayerActivations a = Layer(l);
-  if (mlp_chunk_ <= 0 || mlp_chunk_ >= N_) return MlpRowsForward(l, a, N_);
-  // A lean forward: rows [r0, r0 + n) at a time; the per-row buffers shifted to r0, the hidden
-  // ones (h, gelu, m) the chunk's own.
-  const int64_t C = config_.d_model;
-  for (int64_t r0 = 0; r0 < N_; r0 += mlp_chunk_) {
-    LayerActivations s = a;
-    const auto at = [r0](auto* p, int64_t width) { return p ? p + r0 * width : p; };
-    s.x = at(a.x, C), s.mid = at(a.mid, C), s.out = at(a.out, C);
-    s.ln2 = at(a.ln2, C), s.sum2 = at(a.sum2, C);
-    s.ln2_mean = at(a.ln2_mean, 1), s.ln2_rstd = at(a.ln2_rstd, 1);
-    ATTNLAB_RETURN_IF_ERROR(MlpRowsForward(l, s, std::min(mlp_chunk_, N_ - r0)));
-  }
-  return Status::Ok();
-}
-
 Status Gpt::MlpRowsForward(int64_t l, const LayerActivations& a, int64_t N) {
   const ModelConfig& c = config_;
   ThreadPool& tp = *pool();
@@ -850,7 +893,7 @@ Status Gpt::MlpRowsForward(int64_t l, const LayerActivations& a, int64_t N) {
   } else {
     LinearForward(N, F, C, a.gelu, lp.fcproj_w, lp.fcproj_b, a.m, &tp);
   }
-  if (Hooked(HookPoint::kMlpOut, l)) {  // (a lean forward, the only chunked one, has no hooks)
+  if (Hooked(HookPoint::kMlpOut, l)) {  // (hooks: never chunked, N = N_)
     ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kMlpOut, l, a.m, {B_, Tm_, C}));
   }
   ResidualForward(norm, MlpResidual(c, lp, a));
@@ -869,14 +912,14 @@ void Gpt::QkNormForward(int64_t l) {
   const LayerActivations a = Layer(l);
   pool()->ParallelFor(N, [&](int64_t n, int) {
     float* row = a.qkv + n * Q;
-    std::memcpy(a.qk_raw + n * Hqk * hd, row, sizeof(float) * Hqk * hd);
+    if (a.qk_raw) std::memcpy(a.qk_raw + n * Hqk * hd, row, sizeof(float) * Hqk * hd);
     for (int64_t h = 0; h < Hqk; ++h) {
       float* x = row + h * hd;
       const float* w = h < H ? lp.q_norm : lp.k_norm;
       float ss = 0;
       for (int64_t e = 0; e < hd; ++e) ss += x[e] * x[e];
       const float r = 1.0f / std::sqrt(ss / static_cast<float>(hd) + c.norm_eps);
-      a.qk_rstd[n * Hqk + h] = r;
+      if (a.qk_rstd) a.qk_rstd[n * Hqk + h] = r;
       for (int64_t e = 0; e < hd; ++e) x[e] = x[e] * r * w[e];
     }
   });
@@ -966,7 +1009,7 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
   // A lean sequence-parallel forward (set_partial_forward): diagnostics over one long sequence.
   const bool lean = ring_ && !cache && !targets && skip_head_;
   one_layer_ = cache != nullptr || lean;
-  mlp_chunk_ = lean ? lean_mlp_rows_ : 0;
+  row_chunk_ = lean ? lean_chunk_rows_ : 0;
   const int64_t first = cache ? start_layer_ : 0;
   const int64_t rows_before = cache ? cache->size() : 0;
   if (first < 0 || first >= c.n_layer) {
@@ -1003,7 +1046,10 @@ Status Gpt::Forward(const int32_t* tokens, const int32_t* targets, int64_t B, in
     const AttentionParams ap = MakeAttentionParams(l);
     LayerTensors seen;
     ATTNLAB_RETURN_IF_ERROR(AttentionBlockForward(l, ap, cache, &seen));
-    ATTNLAB_RETURN_IF_ERROR(MlpBlockForward(l));
+    const bool chunked = row_chunk_ > 0 && row_chunk_ < N_;
+    ATTNLAB_RETURN_IF_ERROR(ForEachRowChunk(Layer(l), [&](const LayerActivations& r, int64_t n) {
+      return LayerRowsForward(l, r, n, chunked);
+    }));
     if (Hooked(HookPoint::kResidPost, l)) {
       ATTNLAB_RETURN_IF_ERROR(RunHook(HookPoint::kResidPost, l, Layer(l).out, {B, Tm_, c.d_model}));
     }

@@ -40,7 +40,8 @@ struct LayerTensors {
   int64_t layer = 0, batch = 0, len = 0;  // len = Tm (new tokens per sequence)
   int64_t len_k = 0;                      // keys each query can reach (causal, bottom-right)
   const float* residual_in = nullptr;     // [N, C] the layer's input
-  const float* attn_in = nullptr;         // [N, C] input of the attention (after pre-LN)
+  const float* attn_in = nullptr;         // [N, C] input of the attention (after pre-LN); null
+                                          // in a lean sequence-parallel forward (chunked)
   const float* qkv = nullptr;             // [N, Q] q | k | v of the new tokens (q after RoPE)
   AttentionTensor k_all, v_all;           // [batch, Hkv, len_k, hd], keys after RoPE
   const float* attn_out = nullptr;        // [N, A] per-head attention outputs (before the gate),
@@ -153,10 +154,14 @@ class Gpt {
   // keys and values gathered in each layer), a dedicated sink token, a key bias, linear or
   // sparse attention, and global_len > context.
   // Null comm: off.
-  // Rows per MLP chunk of a lean sequence-parallel Forward (set_partial_forward; default 1024):
-  // its MLP's hidden activations (SwiGLU: 3 x 4864 floats per row for Qwen2.5-0.5B) exist for
-  // one chunk at a time. Results do not depend on it beyond the weight products' blocking.
-  void set_lean_mlp_rows(int64_t rows) { lean_mlp_rows_ = std::max<int64_t>(1, rows); }
+  // Rows per chunk of a lean sequence-parallel Forward (set_partial_forward; default 256): its
+  // row-local parts (LN1 and the q|k|v projection before the ring; the output gate, projection,
+  // residual and MLP after it) run a chunk at a time, so only the tensors the ring and the
+  // observer need hold every local row (the residual stream in and out, q|k|v, the attention
+  // output and lse, the gate): about 3.9k floats per row for Qwen2.5-0.5B's shapes, against
+  // 7.4k with the normalised inputs, mid and o kept and 23k with SwiGLU's hidden activations.
+  // Results do not depend on it beyond the weight products' blocking.
+  void set_lean_chunk_rows(int64_t rows) { lean_chunk_rows_ = std::max<int64_t>(1, rows); }
   void set_sequence_parallel(dist::Comm* comm, int64_t global_len) {
     ring_ = comm;
     ring_len_ = global_len;
@@ -214,7 +219,8 @@ class Gpt {
 
  private:
   // Pointers to one layer's saved activations inside Activations (null where the configuration
-  // keeps no such tensor). Shapes as in Activations, for that layer.
+  // keeps no such tensor). Shapes as in Activations, for that layer; in a lean forward the
+  // row-local ones (ln*, sum*, mid, attg, o, h, gelu, m) hold one chunk's rows (RowChunk).
   struct LayerActivations {
     float* x;           // [N, C] residual stream entering the layer
     float* mid;         // [N, C] stream after the attention sublayer
@@ -270,9 +276,16 @@ class Gpt {
   Status RowStatHooks(int64_t l, const AttentionParams& ap, const AttentionShape& shape,
                       const AttentionTensor& q, const AttentionTensor& k_all);
   void QkNormForward(int64_t l);
-  Status MlpBlockForward(int64_t l);
-  // The MLP sublayer on n rows whose activations `a` points at (MlpBlockForward's body).
+  // Row-local parts of layer l on n rows whose activations `a` points at (Layer(l), or a lean
+  // forward's RowChunk): before the attention (LN1, q|k|v), after it (gate, projection,
+  // residual, then the MLP; chunked: LN1 recomputed for the gate), the MLP sublayer alone.
+  Status AttentionInputRows(int64_t l, const LayerActivations& a, int64_t n);
+  Status LayerRowsForward(int64_t l, const LayerActivations& a, int64_t n, bool chunked);
   Status MlpRowsForward(int64_t l, const LayerActivations& a, int64_t n);
+  // Rows [r0, ...) of a lean forward's layer; fn over all rows or over row_chunk_-row chunks.
+  LayerActivations RowChunk(const LayerActivations& a, int64_t r0) const;
+  Status ForEachRowChunk(const LayerActivations& a,
+                         const std::function<Status(const LayerActivations&, int64_t)>& fn);
   Status HeadForward(const int32_t* targets, double* loss);
   // Hooks: whether one wants point p of layer l; run it on a dense [shape] tensor; run it on
   // `heads` head vectors at column `offset` of each [N, Q] qkv row (copied out and back).
@@ -311,13 +324,13 @@ class Gpt {
   // Saved activations of the last Forward (sized for the largest N seen).
   int64_t B_ = 0, Tm_ = 0, N_ = 0, capacity_ = 0;
   int64_t capacity_layers_ = 0;  // layers the buffers hold: n_layer, or 1 (cached forwards)
-  // A lean forward runs the MLP on row chunks of mlp_chunk_ rows (0: all rows at once), its
-  // hidden buffers (h, gelu, m: fc_dim + hidden + d_model floats per row) sized for one chunk;
-  // capacity_mlp_ is the rows they hold.
-  int64_t mlp_chunk_ = 0, capacity_mlp_ = 0;
+  // A lean forward runs the row-local parts on chunks of row_chunk_ rows (0: all rows at once),
+  // their buffers (LN inputs and statistics, mid, o, attg, the MLP's h, gelu, m) sized for one
+  // chunk; capacity_chunk_ is the rows they hold.
+  int64_t row_chunk_ = 0, capacity_chunk_ = 0;
   int64_t grad_rows_ = 0;  // rows the backward's scratch d_ holds (EnsureGradientScratch)
   void EnsureGradientScratch(int64_t N);
-  int64_t lean_mlp_rows_ = 1024;  // set_lean_mlp_rows
+  int64_t lean_chunk_rows_ = 256;  // set_lean_chunk_rows
   bool has_targets_ = false;
   bool input_grad_ready_ = false;  // d_.residual holds dL/d residual(0) (input_gradient)
   // The last Forward kept the activations of one layer at a time (a cached Forward, or a lean
