@@ -467,14 +467,10 @@ Result<AnalysisResult> AnalyzeModel(Gpt& model, const std::vector<int32_t>& text
       // The window split across the ranks: one lean sequence-parallel forward, every layer's
       // diagnostics completed over the ranks as it passes.
       const auto tp = std::chrono::steady_clock::now();
-      for (int64_t l = 0; l < L && o.classes; ++l) {
-        ATTNLAB_RETURN_IF_ERROR(classes[l].BeginWindow(key_classes));
-      }
       analysis_internal::WindowSums sums{&stats, c.output_gate ? &gates : nullptr,
-                                         o.classes ? &classes : nullptr};
+                                         o.classes ? &classes : nullptr, &key_classes};
       ATTNLAB_RETURN_IF_ERROR(
           analysis_internal::RunStripedWindow(model, seq, o, w, &sums, &r, progress, n_windows));
-      for (int64_t l = 0; l < L && o.classes; ++l) classes[l].EndWindow();
       classes_unsupported = classes_unsupported || sums.classes_unsupported;
       if (w == 0) r.passes = 1;
       for (const AttentionStatsAccumulator& a : stats) {

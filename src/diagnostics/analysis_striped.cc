@@ -154,8 +154,11 @@ class StripedObserver : public ForwardObserver {
       if (!TokenClassAccumulator::Supports(*t.attention)) {
         sums_->classes_unsupported = true;
       } else {
-        ATTNLAB_RETURN_IF_ERROR((*sums_->classes)[l].AddStripedRows(
-            *t.attention, t.qkv, Q, t.stripe_rank, t.stripe_ranks, t.k_all, t.len_k));
+        TokenClassAccumulator& acc = (*sums_->classes)[l];
+        ATTNLAB_RETURN_IF_ERROR(acc.BeginWindow(*sums_->key_classes));
+        ATTNLAB_RETURN_IF_ERROR(acc.AddStripedRows(*t.attention, t.qkv, Q, t.stripe_rank,
+                                                   t.stripe_ranks, t.k_all, t.len_k));
+        acc.EndWindow();
       }
     }
     return Status::Ok();

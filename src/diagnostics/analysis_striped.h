@@ -59,8 +59,12 @@ int64_t MapQueryRows(const AnalysisOptions& o, int64_t T);
 struct WindowSums {
   std::vector<AttentionStatsAccumulator>* stats = nullptr;
   std::vector<GateStatsAccumulator>* gates = nullptr;
-  std::vector<TokenClassAccumulator>* classes = nullptr;  // BeginWindow done by the caller
-  bool classes_unsupported = false;                      // set when a layer's softmax has none
+  // Token classes: each layer's window opened (BeginWindow with key_classes), fed and closed
+  // as the layer passes, so one layer's per-key buffers exist at a time (~100 bytes per key:
+  // 79 MB at 32k keys for 24 layers at once).
+  std::vector<TokenClassAccumulator>* classes = nullptr;
+  const std::vector<uint32_t>* key_classes = nullptr;
+  bool classes_unsupported = false;  // set when a layer's softmax has none
 };
 
 // Runs window w (seq: its tokens, BOS first if any; seq.size() >= ranks) striped over the ranks

@@ -170,11 +170,15 @@ Status TokenClassAccumulator::AddRowsAt(const AttentionParams& params, const flo
   for (int64_t i = 0; i < len_q; ++i) {
     if (pos(i) % stride_ == 0) sampled.push_back(i);
   }
-  // In blocks of kSampleBlock rows: the scores take Hq x rows x keys floats (a striped rank's
-  // whole window comes in one call: 512 rows x 32k keys x 14 heads would be 0.9 GB at once).
-  for (size_t b0 = 0; b0 < sampled.size(); b0 += kSampleBlock) {
+  // In blocks of rows: the scores and the GEMM's output take (Hq + Hq / Hkv) x rows x keys
+  // floats (a striped rank's whole window comes in one call: 512 rows x 32k keys x 14 heads
+  // would be 0.9 GB at once), so a block holds at most kSampleBlock rows and kScoreFloats.
+  const int64_t per_row = (Hq + Hq / heads_kv_) * std::max<int64_t>(1, len_k);
+  const size_t block = static_cast<size_t>(
+      std::clamp<int64_t>(kScoreFloats / per_row, 1, static_cast<int64_t>(kSampleBlock)));
+  for (size_t b0 = 0; b0 < sampled.size(); b0 += block) {
     const std::vector<int64_t> rows(
-        sampled.begin() + b0, sampled.begin() + std::min(sampled.size(), b0 + kSampleBlock));
+        sampled.begin() + b0, sampled.begin() + std::min(sampled.size(), b0 + block));
     ATTNLAB_RETURN_IF_ERROR(AddSampledRows(params, q, q_row_stride, len_q, first, step, k_all,
                                            len_k, row_extra_logits, rows));
   }

@@ -117,7 +117,8 @@ class TokenClassAccumulator {
   Status AddRowsAt(const AttentionParams& params, const float* q, int64_t q_row_stride,
                    int64_t len_q, int64_t first, int64_t step, const AttentionTensor& k_all,
                    int64_t len_k, std::span<const float> row_extra_logits);
-  static constexpr size_t kSampleBlock = 64;  // sampled rows scored at once
+  static constexpr size_t kSampleBlock = 64;  // sampled rows scored at once, at most
+  static constexpr int64_t kScoreFloats = int64_t{1} << 22;  // and their scores' floats (16 MB)
   Status AddSampledRows(const AttentionParams& params, const float* q, int64_t q_row_stride,
                         int64_t len_q, int64_t first, int64_t step, const AttentionTensor& k_all,
                         int64_t len_k, std::span<const float> row_extra_logits,
